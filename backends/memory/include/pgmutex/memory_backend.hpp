@@ -1,0 +1,311 @@
+// MemoryBackend: the lock table in process memory, for deterministic tests of
+// pgmutex and of code that uses it. A MemoryServer plays the database (rows,
+// fence sequence, a virtual server clock, injected faults); each MemoryBackend
+// is one instance's connection to it.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "pgmutex/backend.hpp"
+#include "pgmutex/options.hpp"
+#include "pgmutex/testing/manual_clock.hpp"
+
+namespace pgmutex {
+
+class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
+ public:
+  using TimeSource = std::function<std::chrono::nanoseconds()>;
+  using Sleeper = std::function<void(std::chrono::nanoseconds)>;
+
+  // Real time: the server clock is the steady clock; latency really sleeps.
+  static std::shared_ptr<MemoryServer> create() {
+    const auto start = std::chrono::steady_clock::now();
+    return std::make_shared<MemoryServer>(
+        [start] { return std::chrono::steady_clock::now() - start; },
+        [](std::chrono::nanoseconds d) { std::this_thread::sleep_for(d); });
+  }
+
+  // Virtual time: the server clock follows `clock` (plus any skew set later);
+  // injected latency advances it.
+  static std::shared_ptr<MemoryServer> create(testing::ManualClock clock) {
+    return std::make_shared<MemoryServer>([clock] { return clock.now().time_since_epoch(); },
+                                          [clock](std::chrono::nanoseconds d) mutable { clock.advance(d); });
+  }
+
+  MemoryServer(TimeSource time, Sleeper sleeper) : time_(std::move(time)), sleeper_(std::move(sleeper)) {}
+
+  // ---- fault injection -------------------------------------------------
+
+  // The next n operations (of any connection) fail with `error` and change nothing.
+  void fail_next(int n, Errc error = Errc::backend_unavailable) {
+    std::lock_guard lock(mutex_);
+    fail_next_ = n;
+    fail_with_ = error;
+  }
+  // Every operation takes this long (client time).
+  void set_latency(std::chrono::nanoseconds latency) {
+    std::lock_guard lock(mutex_);
+    latency_ = latency;
+  }
+  // The connection's next operation fails as a dropped connection; the one after reconnects.
+  void drop_connection(std::string_view connection) {
+    std::lock_guard lock(mutex_);
+    dropped_.emplace(connection);
+  }
+  // Every operation of the connection fails until heal().
+  void partition(std::string_view connection) {
+    std::lock_guard lock(mutex_);
+    partitioned_.emplace(connection);
+  }
+  void heal(std::string_view connection) {
+    std::lock_guard lock(mutex_);
+    partitioned_.erase(std::string(connection));
+  }
+  // The next n operations are applied, but their replies are lost.
+  void lose_replies(int n) {
+    std::lock_guard lock(mutex_);
+    lose_replies_ = n;
+  }
+  // Moves the server clock relative to the clients' clocks (clock skew).
+  void set_server_offset(std::chrono::nanoseconds offset) {
+    std::lock_guard lock(mutex_);
+    offset_ = offset;
+  }
+
+  [[nodiscard]] std::uint64_t operations() const {
+    std::lock_guard lock(mutex_);
+    return operations_;
+  }
+  [[nodiscard]] std::chrono::nanoseconds server_now() const {
+    std::lock_guard lock(mutex_);
+    return now();
+  }
+
+ private:
+  friend class MemoryBackend;
+
+  struct Row {
+    bool present = false;  // released rows stay allocated, so a cycle does not allocate
+    std::string instance_id;
+    Fence fence = 0;
+    std::chrono::nanoseconds last_heartbeat{};
+    std::chrono::nanoseconds acquired_at{};
+  };
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  using Rows = std::unordered_map<std::string, Row, StringHash, std::equal_to<>>;
+  struct Table {
+    Rows rows;
+    Fence sequence = 0;  // like mutex_lock_fence_seq: one counter per table
+  };
+
+  // Called with mutex_ held: decides the fate of one operation before it runs.
+  // Returns an error to report instead of running it, or nothing.
+  std::optional<Error> admit(std::string_view connection) {
+    ++operations_;
+    if (latency_ > std::chrono::nanoseconds::zero()) sleeper_(latency_);
+    if (partitioned_.contains(std::string(connection)))
+      return Error(Errc::backend_unavailable, "connection '" + std::string(connection) + "' is partitioned");
+    if (const auto it = dropped_.find(std::string(connection)); it != dropped_.end()) {
+      dropped_.erase(it);
+      return Error(Errc::backend_unavailable, "connection dropped");
+    }
+    if (fail_next_ > 0) {
+      --fail_next_;
+      return Error(fail_with_, "injected failure");
+    }
+    return std::nullopt;
+  }
+  // Called with mutex_ held after an operation was applied.
+  bool reply_lost() {
+    if (lose_replies_ <= 0) return false;
+    --lose_replies_;
+    return true;
+  }
+
+  Result<Table*> table(std::string_view name) {
+    const auto it = tables_.find(name);
+    if (it == tables_.end())
+      return fail(Errc::backend_error, "table '" + std::string(name) + "' does not exist (call create_schema)");
+    return &it->second;
+  }
+
+  std::chrono::nanoseconds now() const { return time_() + offset_; }
+
+  std::chrono::system_clock::time_point wall(std::chrono::nanoseconds server_time) const {
+    return epoch_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(server_time);
+  }
+
+  double age_seconds(const Row& row) const {
+    return std::chrono::duration<double>(now() - row.last_heartbeat).count();
+  }
+
+  LockRow to_row(std::string_view name, const Row& row) const {
+    return LockRow{std::string(name), row.instance_id, row.fence, wall(row.acquired_at), age_seconds(row)};
+  }
+
+  mutable std::mutex mutex_;
+  TimeSource time_;
+  Sleeper sleeper_;
+  std::chrono::system_clock::time_point epoch_ = std::chrono::sys_days{std::chrono::year{2026} / 1 / 1};
+  std::unordered_map<std::string, Table, StringHash, std::equal_to<>> tables_;
+  std::uint64_t operations_ = 0;
+  int fail_next_ = 0;
+  Errc fail_with_ = Errc::backend_unavailable;
+  int lose_replies_ = 0;
+  std::chrono::nanoseconds latency_{};
+  std::chrono::nanoseconds offset_{};
+  std::set<std::string, std::less<>> dropped_;
+  std::set<std::string, std::less<>> partitioned_;
+};
+
+class MemoryBackend {
+ public:
+  // `connection` names this connection for partition() and drop_connection().
+  explicit MemoryBackend(std::shared_ptr<MemoryServer> server, std::string connection = "default")
+      : server_(std::move(server)), connection_(std::move(connection)) {}
+
+  [[nodiscard]] const std::shared_ptr<MemoryServer>& server() const noexcept { return server_; }
+
+  Result<void> create_schema(std::string_view table) noexcept {
+    if (auto valid = validate_table_name(table); !valid) return valid;
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    if (!server_->tables_.contains(table)) server_->tables_.emplace(std::string(table), MemoryServer::Table{});
+    return {};
+  }
+
+  Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto table = server_->table(request.lock.table);
+    if (!table) return tl::unexpected(table.error());
+    auto found = (*table)->rows.find(request.lock.lock_name);
+    if (found == (*table)->rows.end())
+      found = (*table)->rows.emplace(std::string(request.lock.lock_name), MemoryServer::Row{}).first;
+    MemoryServer::Row& row = found->second;
+    const auto now = server_->now();
+
+    AcquireResult result;
+    if (row.present && !(row.last_heartbeat < now - request.stale_threshold)) {
+      result.fence = row.fence;
+      result.holder = row.instance_id;
+      result.holder_age_s = server_->age_seconds(row);
+    } else {
+      if (row.present) {
+        result.reclaimed = true;
+        result.holder = row.instance_id;
+        result.holder_age_s = server_->age_seconds(row);
+      }
+      row.present = true;
+      row.instance_id.assign(request.instance_id);
+      row.fence = ++(*table)->sequence;
+      row.last_heartbeat = row.acquired_at = now;
+      result.acquired = true;
+      result.fence = row.fence;
+    }
+    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
+    return result;
+  }
+
+  Result<void> heartbeat(const HolderKey& key) noexcept {
+    return on_holder_row(key, [&](MemoryServer::Row& row) { row.last_heartbeat = server_->now(); });
+  }
+
+  Result<void> release(const HolderKey& key) noexcept {
+    return on_holder_row(key, [](MemoryServer::Row& row) { row.present = false; });
+  }
+
+  Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    std::vector<bool> held;
+    held.reserve(keys.size());
+    for (const HolderKey& key : keys) {
+      auto row = find_holder_row(key);
+      if (!row) return tl::unexpected(row.error());
+      if (*row) (*row)->last_heartbeat = server_->now();
+      held.push_back(*row != nullptr);
+    }
+    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
+    return held;
+  }
+
+  Result<std::optional<LockRow>> inspect(LockRef lock_ref) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto table = server_->table(lock_ref.table);
+    if (!table) return tl::unexpected(table.error());
+    const auto found = (*table)->rows.find(lock_ref.lock_name);
+    if (found == (*table)->rows.end() || !found->second.present) return std::optional<LockRow>{};
+    return std::optional<LockRow>{server_->to_row(found->first, found->second)};
+  }
+
+  Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto table = server_->table(table_name);
+    if (!table) return tl::unexpected(table.error());
+    std::vector<LockRow> rows;
+    for (const auto& [name, row] : (*table)->rows)
+      if (row.present) rows.push_back(server_->to_row(name, row));
+    std::ranges::sort(rows, {}, &LockRow::lock_name);
+    return rows;
+  }
+
+  Result<std::optional<LockRow>> force_release(LockRef lock_ref) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto table = server_->table(lock_ref.table);
+    if (!table) return tl::unexpected(table.error());
+    const auto found = (*table)->rows.find(lock_ref.lock_name);
+    if (found == (*table)->rows.end() || !found->second.present) return std::optional<LockRow>{};
+    auto removed = server_->to_row(found->first, found->second);
+    found->second.present = false;
+    return std::optional<LockRow>{std::move(removed)};
+  }
+
+ private:
+  // The row this holder owns, or nullptr if it was released or granted again.
+  Result<MemoryServer::Row*> find_holder_row(const HolderKey& key) {
+    auto table = server_->table(key.lock.table);
+    if (!table) return tl::unexpected(table.error());
+    const auto found = (*table)->rows.find(key.lock.lock_name);
+    if (found == (*table)->rows.end()) return nullptr;
+    MemoryServer::Row& row = found->second;
+    if (!row.present || row.fence != key.fence || row.instance_id != key.instance_id) return nullptr;
+    return &row;
+  }
+
+  template <class Change>
+  Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto row = find_holder_row(key);
+    if (!row) return tl::unexpected(row.error());
+    if (!*row)
+      return fail(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "' has no row for instance '" +
+                                           std::string(key.instance_id) + "' with fence " + std::to_string(key.fence));
+    change(**row);
+    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
+    return {};
+  }
+
+  std::shared_ptr<MemoryServer> server_;
+  std::string connection_;
+};
+
+static_assert(Backend<MemoryBackend>);
+static_assert(BackendBatchesHeartbeats<MemoryBackend>);
+
+}  // namespace pgmutex

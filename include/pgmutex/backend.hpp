@@ -1,0 +1,117 @@
+// The backend contract: what a lock table must do, in the types it speaks.
+// Every operation is one round trip, noexcept, and returns Result<T>.
+// Staleness is always judged on the backend's (server's) clock, never the client's.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pgmutex/error.hpp"
+
+namespace pgmutex {
+
+using Fence = std::int64_t;
+
+// Which lock: the table it lives in (a validated identifier) and its name.
+struct LockRef {
+  std::string_view table;
+  std::string_view lock_name;
+};
+
+// Which grant: a holder is named by instance and fence, so a stale holder can
+// never touch a row that was since granted to someone else.
+struct HolderKey {
+  LockRef lock;
+  std::string_view instance_id;
+  Fence fence = 0;
+};
+
+struct AcquireRequest {
+  LockRef lock;
+  std::string_view instance_id;
+  std::chrono::nanoseconds stale_threshold;  // a row older than this (server clock) may be taken over
+};
+
+// The outcome of one try. A losing try is not an error: it names the holder.
+struct AcquireResult {
+  bool acquired = false;
+  Fence fence = 0;            // ours if acquired, else the holder's
+  std::string holder;         // lost: who holds it; won by takeover: the previous holder
+  double holder_age_s = 0.0;  // lost: holder's seconds since heartbeat; takeover: previous holder's
+  bool reclaimed = false;     // won by taking over a stale row
+};
+
+// One row of the lock table, as an administrator sees it.
+struct LockRow {
+  std::string lock_name;
+  std::string instance_id;
+  Fence fence = 0;
+  std::chrono::system_clock::time_point acquired_at;  // server clock
+  double seconds_since_heartbeat = 0.0;               // server clock, computed in the statement
+};
+
+// --- The required operations, one small concept each, so that a backend
+// missing one fails with the name of what is missing.
+
+template <class B>
+concept BackendCreatesSchema = requires(B& b, std::string_view table) {
+  { b.create_schema(table) } noexcept -> std::same_as<Result<void>>;
+};
+
+template <class B>
+concept BackendTriesAcquire = requires(B& b, const AcquireRequest& request) {
+  { b.try_acquire(request) } noexcept -> std::same_as<Result<AcquireResult>>;
+};
+
+// Errc::lock_not_held when no row matches (row gone, or another fence).
+template <class B>
+concept BackendHeartbeats = requires(B& b, const HolderKey& key) {
+  { b.heartbeat(key) } noexcept -> std::same_as<Result<void>>;
+};
+
+// Errc::lock_not_held when no row matches.
+template <class B>
+concept BackendReleases = requires(B& b, const HolderKey& key) {
+  { b.release(key) } noexcept -> std::same_as<Result<void>>;
+};
+
+template <class B>
+concept BackendInspects = requires(B& b, LockRef lock, std::string_view table) {
+  { b.inspect(lock) } noexcept -> std::same_as<Result<std::optional<LockRow>>>;
+  { b.list(table) } noexcept -> std::same_as<Result<std::vector<LockRow>>>;
+};
+
+// An administrator removes a lock whoever holds it; returns the removed row.
+template <class B>
+concept BackendForceReleases = requires(B& b, LockRef lock) {
+  { b.force_release(lock) } noexcept -> std::same_as<Result<std::optional<LockRow>>>;
+};
+
+template <class B>
+concept Backend = std::movable<B> && BackendCreatesSchema<B> && BackendTriesAcquire<B> &&
+                  BackendHeartbeats<B> && BackendReleases<B> && BackendInspects<B> &&
+                  BackendForceReleases<B>;
+
+// --- Optional operations: used when present, never required.
+
+// Block until the lock is released (true) or the timeout passes (false).
+// Postgres does it with LISTEN/NOTIFY; without it, a waiter polls.
+template <class B>
+concept BackendWaitsForRelease =
+    requires(B& b, LockRef lock, std::chrono::nanoseconds timeout) {
+      { b.wait_for_release(lock, timeout) } noexcept -> std::same_as<Result<bool>>;
+    };
+
+// Heartbeat many grants in one statement; element i is false if key i is no longer held.
+template <class B>
+concept BackendBatchesHeartbeats = requires(B& b, std::span<const HolderKey> keys) {
+  { b.heartbeat_many(keys) } noexcept -> std::same_as<Result<std::vector<bool>>>;
+};
+
+}  // namespace pgmutex

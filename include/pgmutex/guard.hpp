@@ -1,0 +1,103 @@
+// The RAII guard a mutex's acquire returns. It converts to true when the lock
+// was granted, releases the grant when it goes out of scope, and tells when
+// the lease was lost (lost(), and a stop_token that is stopped then).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+#include "pgmutex/backend.hpp"
+#include "pgmutex/error.hpp"
+
+namespace pgmutex {
+
+// Who held the lock when an acquire did not get it.
+struct HolderInfo {
+  std::string instance_id;
+  Fence fence = 0;
+  double seconds_since_heartbeat = 0.0;
+};
+
+template <class State>
+class BasicGuard {
+ public:
+  BasicGuard() = default;
+  BasicGuard(BasicGuard&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)),
+        generation_(other.generation_),
+        fence_(other.fence_),
+        why_(other.why_),
+        holder_(std::move(other.holder_)) {}
+  BasicGuard& operator=(BasicGuard&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+      generation_ = other.generation_;
+      fence_ = other.fence_;
+      why_ = other.why_;
+      holder_ = std::move(other.holder_);
+    }
+    return *this;
+  }
+  BasicGuard(const BasicGuard&) = delete;
+  BasicGuard& operator=(const BasicGuard&) = delete;
+  ~BasicGuard() { reset(); }
+
+  // True while this guard owns its grant: acquired and not yet released.
+  // A lost lease still owns its grant until released: check lost().
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  [[nodiscard]] bool owns_lock() const noexcept { return state_ != nullptr; }
+
+  // The fencing token of this grant: strictly increasing per lock. Pass it to
+  // the resource you protect and have it reject lower ones.
+  [[nodiscard]] Fence fence() const noexcept { return fence_; }
+
+  // True once the lease is lost (watchdog expired, or the row was taken over).
+  [[nodiscard]] bool lost() const { return state_ != nullptr && state_->grant_lost(generation_); }
+
+  // Stopped when the lease is lost. Long work polls it, or registers a std::stop_callback.
+  [[nodiscard]] std::stop_token stop_token() const {
+    return state_ != nullptr ? state_->grant_stop_token(generation_) : std::stop_token{};
+  }
+
+  // Why this guard is empty: Errc::lock_held, Errc::timeout or Errc::cancelled.
+  [[nodiscard]] Errc why() const noexcept { return why_; }
+  // Who held the lock at the last try, when this guard is empty because of them.
+  [[nodiscard]] const std::optional<HolderInfo>& holder() const noexcept { return holder_; }
+
+  // A heartbeat now, besides the automatic ones. Errc::lock_not_held once lost.
+  Result<void> heartbeat(nothrow_t) {
+    if (state_ == nullptr) return fail(Errc::lock_not_held, "guard does not own a lock");
+    return state_->heartbeat_grant(generation_);
+  }
+  void heartbeat() { value_or_throw(heartbeat(nothrow)); }
+
+  // Release now. Errc::lock_not_held if the row was no longer ours (lease lost).
+  Result<void> release(nothrow_t) {
+    if (state_ == nullptr) return fail(Errc::lock_not_held, "guard does not own a lock");
+    return std::exchange(state_, nullptr)->release_grant(generation_);
+  }
+  void release() { value_or_throw(release(nothrow)); }
+
+ private:
+  friend State;
+
+  BasicGuard(State* state, std::uint64_t generation, Fence fence) noexcept
+      : state_(state), generation_(generation), fence_(fence) {}
+  BasicGuard(Errc why, std::optional<HolderInfo> holder) noexcept : why_(why), holder_(std::move(holder)) {}
+
+  void reset() noexcept {
+    if (state_ != nullptr) (void)std::exchange(state_, nullptr)->release_grant(generation_);
+  }
+
+  State* state_ = nullptr;
+  std::uint64_t generation_ = 0;
+  Fence fence_ = 0;
+  Errc why_ = Errc::lock_held;
+  std::optional<HolderInfo> holder_;
+};
+
+}  // namespace pgmutex

@@ -1,0 +1,57 @@
+// What a mutex is configured with, and the rules each option must keep.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "pgmutex/error.hpp"
+
+namespace pgmutex {
+
+using namespace std::chrono_literals;
+
+struct Options {
+  std::string lock_name;        // 1..64 characters (as VARCHAR(64) counts them)
+  std::string instance_id;      // empty: "<hostname>-<random>"; else 1..64 characters, unique per process
+  std::string table = "mutex_lock";  // an identifier, or schema.identifier; always quoted in SQL
+  std::chrono::nanoseconds heartbeat_interval = 10s;
+  std::chrono::nanoseconds alert_threshold = 30s;   // observers raise `alert` past this age
+  std::chrono::nanoseconds stale_threshold = 600s;  // any instance may reclaim past this age
+  std::chrono::nanoseconds poll_interval = 500ms;   // blocking acquire: time between tries
+  // The holder declares its lease lost after stale_threshold - safety_margin
+  // without a good heartbeat, so it stops before anyone can reclaim.
+  // Default: min(stale_threshold / 10, (stale_threshold - heartbeat_interval) / 2).
+  std::optional<std::chrono::nanoseconds> safety_margin = std::nullopt;
+};
+
+// Options that passed validate(): instance_id and safety_margin are filled in.
+struct ValidOptions {
+  std::string lock_name;
+  std::string instance_id;
+  std::string table;
+  std::chrono::nanoseconds heartbeat_interval;
+  std::chrono::nanoseconds alert_threshold;
+  std::chrono::nanoseconds stale_threshold;
+  std::chrono::nanoseconds poll_interval;
+  std::chrono::nanoseconds safety_margin;
+
+  // How long the holder trusts its last good heartbeat.
+  [[nodiscard]] std::chrono::nanoseconds lease() const { return stale_threshold - safety_margin; }
+};
+
+// Checks every rule; the error names the option and the rule it breaks.
+[[nodiscard]] Result<ValidOptions> validate(Options options);
+
+// Each rule on its own, for the command-line tool and backends.
+[[nodiscard]] Result<void> validate_lock_name(std::string_view name, std::string_view option = "lock_name");
+[[nodiscard]] Result<void> validate_table_name(std::string_view table);
+
+// Characters as Postgres counts them in VARCHAR(n): code points of valid UTF-8.
+[[nodiscard]] std::optional<std::size_t> utf8_length(std::string_view text) noexcept;
+
+// "<hostname>-<8 random hex digits>", cut to fit 64 characters.
+[[nodiscard]] std::string default_instance_id();
+
+}  // namespace pgmutex

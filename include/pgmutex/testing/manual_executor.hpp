@@ -1,0 +1,85 @@
+// Deterministic scheduling on a ManualClock: tasks run only when time is
+// advanced, in due order (ties in scheduling order), on the advancing thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <utility>
+
+#include "pgmutex/executor.hpp"
+#include "pgmutex/testing/manual_clock.hpp"
+
+namespace pgmutex::testing {
+
+class ManualExecutor {
+ public:
+  explicit ManualExecutor(ManualClock clock) : state_(std::make_shared<State>(std::move(clock))) {}
+  ManualExecutor() : ManualExecutor(ManualClock{}) {}
+
+  [[nodiscard]] const ManualClock& clock() const noexcept { return state_->clock; }
+
+  TaskId schedule_after(std::chrono::nanoseconds delay, Task task) {
+    std::lock_guard lock(state_->mutex);
+    const TaskId id = ++state_->last_id;
+    state_->queue.emplace(Key{state_->clock.now() + delay, id}, std::move(task));
+    return id;
+  }
+
+  void cancel(TaskId id) {
+    std::lock_guard lock(state_->mutex);
+    std::erase_if(state_->queue, [id](const auto& entry) { return entry.first.id == id; });
+  }
+
+  // A timed wait is virtual: it advances time, running whatever falls due.
+  bool wait_for(std::chrono::nanoseconds delay, std::stop_token stop) {
+    if (stop.stop_requested()) return true;
+    advance(delay);
+    return stop.stop_requested();
+  }
+
+  // Advance time by `d`, running each task at its due time, in order.
+  void advance(std::chrono::nanoseconds d) { run_until(state_->clock.now() + d); }
+
+  void run_until(ManualClock::time_point target) {
+    for (;;) {
+      Task task;
+      {
+        std::lock_guard lock(state_->mutex);
+        const auto first = state_->queue.begin();
+        if (first == state_->queue.end() || first->first.due > target) break;
+        state_->clock.set(first->first.due);
+        task = std::move(first->second);
+        state_->queue.erase(first);
+      }
+      task();
+    }
+    state_->clock.set(target);
+  }
+
+  // Runs only the tasks already due, without moving time.
+  void run_due() { run_until(state_->clock.now()); }
+
+  [[nodiscard]] std::size_t pending() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->queue.size();
+  }
+
+ private:
+  struct Key {
+    ManualClock::time_point due;
+    TaskId id;
+    bool operator<(const Key& other) const { return due != other.due ? due < other.due : id < other.id; }
+  };
+  struct State {
+    explicit State(ManualClock c) : clock(std::move(c)) {}
+    ManualClock clock;
+    mutable std::mutex mutex;
+    std::map<Key, Task> queue;
+    TaskId last_id = 0;
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace pgmutex::testing

@@ -1,0 +1,120 @@
+#include "pgmutex/options.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <random>
+
+namespace pgmutex {
+namespace {
+
+constexpr std::size_t max_name_chars = 64;  // VARCHAR(64)
+constexpr std::size_t max_identifier_bytes = 63;  // Postgres NAMEDATALEN - 1
+
+std::string seconds_text(std::chrono::nanoseconds d) {
+  std::array<char, 32> buffer{};
+  std::snprintf(buffer.data(), buffer.size(), "%gs", std::chrono::duration<double>(d).count());
+  return buffer.data();
+}
+
+bool is_identifier(std::string_view part) {
+  if (part.empty() || part.size() > max_identifier_bytes) return false;
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (!letter(part.front())) return false;
+  for (char c : part)
+    if (!letter(c) && !digit(c)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::size_t> utf8_length(std::string_view text) noexcept {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t width = 0;
+    if (lead < 0x80) width = 1;
+    else if ((lead & 0xE0) == 0xC0 && lead >= 0xC2) width = 2;
+    else if ((lead & 0xF0) == 0xE0) width = 3;
+    else if ((lead & 0xF8) == 0xF0 && lead <= 0xF4) width = 4;
+    else return std::nullopt;
+    if (i + width > text.size()) return std::nullopt;
+    for (std::size_t k = 1; k < width; ++k)
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return std::nullopt;
+    i += width;
+    ++count;
+  }
+  return count;
+}
+
+Result<void> validate_lock_name(std::string_view name, std::string_view option) {
+  const std::string label(option);
+  if (name.empty()) return fail(Errc::invalid_argument, label + " must not be empty");
+  if (name.find('\0') != std::string_view::npos)
+    return fail(Errc::invalid_argument, label + " must not contain a NUL byte");
+  const auto length = utf8_length(name);
+  if (!length) return fail(Errc::invalid_argument, label + " must be valid UTF-8");
+  if (*length > max_name_chars)
+    return fail(Errc::invalid_argument, label + " must be at most 64 characters, got " +
+                                            std::to_string(*length));
+  return {};
+}
+
+Result<void> validate_table_name(std::string_view table) {
+  const auto dot = table.find('.');
+  const bool ok = dot == std::string_view::npos
+                      ? is_identifier(table)
+                      : is_identifier(table.substr(0, dot)) && is_identifier(table.substr(dot + 1));
+  if (!ok)
+    return fail(Errc::invalid_argument,
+                "table '" + std::string(table) +
+                    "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes), "
+                    "optionally schema-qualified as schema.table");
+  return {};
+}
+
+std::string default_instance_id() {
+  std::array<char, 256> host{};
+  if (gethostname(host.data(), host.size() - 1) != 0) host = {'h', 'o', 's', 't'};
+  std::random_device entropy;
+  std::array<char, 16> suffix{};
+  std::snprintf(suffix.data(), suffix.size(), "-%08x", static_cast<unsigned>(entropy()));
+  std::string hostname(host.data());
+  // Keep the random suffix whole: cut the hostname (ASCII by RFC 1123) instead.
+  const std::size_t room = max_name_chars - std::string_view(suffix.data()).size();
+  if (hostname.size() > room) hostname.resize(room);
+  return hostname + suffix.data();
+}
+
+Result<ValidOptions> validate(Options o) {
+  if (auto r = validate_lock_name(o.lock_name); !r) return tl::unexpected(r.error());
+  if (o.instance_id.empty()) o.instance_id = default_instance_id();
+  if (auto r = validate_lock_name(o.instance_id, "instance_id"); !r) return tl::unexpected(r.error());
+  if (auto r = validate_table_name(o.table); !r) return tl::unexpected(r.error());
+
+  using std::chrono::nanoseconds;
+  if (o.heartbeat_interval <= nanoseconds::zero())
+    return fail(Errc::invalid_argument, "heartbeat_interval must be > 0, got " + seconds_text(o.heartbeat_interval));
+  if (o.poll_interval <= nanoseconds::zero())
+    return fail(Errc::invalid_argument, "poll_interval must be > 0, got " + seconds_text(o.poll_interval));
+  if (!(o.heartbeat_interval < o.alert_threshold))
+    return fail(Errc::invalid_argument, "heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
+                                            ") must be < alert_threshold (" + seconds_text(o.alert_threshold) + ")");
+  if (!(o.alert_threshold < o.stale_threshold))
+    return fail(Errc::invalid_argument, "alert_threshold (" + seconds_text(o.alert_threshold) +
+                                            ") must be < stale_threshold (" + seconds_text(o.stale_threshold) + ")");
+  const nanoseconds margin =
+      o.safety_margin.value_or(std::min(o.stale_threshold / 10, (o.stale_threshold - o.heartbeat_interval) / 2));
+  if (margin <= nanoseconds::zero())
+    return fail(Errc::invalid_argument, "safety_margin must be > 0, got " + seconds_text(margin));
+  if (!(o.stale_threshold - margin > o.heartbeat_interval))
+    return fail(Errc::invalid_argument, "stale_threshold - safety_margin (" + seconds_text(o.stale_threshold - margin) +
+                                            ") must be > heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
+                                            "), or the holder's watchdog fires before its first heartbeat");
+  return ValidOptions{std::move(o.lock_name), std::move(o.instance_id), std::move(o.table), o.heartbeat_interval,
+                      o.alert_threshold,      o.stale_threshold,         o.poll_interval, margin};
+}
+
+}  // namespace pgmutex
