@@ -1,0 +1,64 @@
+// PostgresBackend: the lock table in Postgres, through libpqxx. This header
+// names neither libpqxx nor libpq, so including it costs little compile time;
+// the implementation lives in backends/postgres/src.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pgmutex/backend.hpp"
+#include "pgmutex/error.hpp"
+
+namespace pgmutex {
+
+struct PostgresOptions {
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
+  // A lost connection is re-established on the next operation, retrying with
+  // exponential backoff from reconnect_backoff, at most reconnect_attempts times.
+  int reconnect_attempts = 3;
+  std::chrono::nanoseconds reconnect_backoff = std::chrono::milliseconds(100);
+  // Heartbeats may skip the WAL flush: losing one costs nothing. Acquires never do.
+  bool heartbeat_synchronous_commit_off = true;
+};
+
+class PostgresBackend {
+ public:
+  // Owns one connection, opened on first use from `dsn`, handed to libpq
+  // untouched (keyword or URI form; what it leaves out comes from PGHOST,
+  // PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and .pgpass).
+  explicit PostgresBackend(std::string dsn = {}, PostgresOptions options = {});
+
+  PostgresBackend(PostgresBackend&&) noexcept;
+  PostgresBackend& operator=(PostgresBackend&&) noexcept;
+  ~PostgresBackend();
+
+  // Connects now instead of on first use.
+  Result<void> connect() noexcept;
+
+  // The DSN with any password replaced by "********", fit for logs.
+  [[nodiscard]] std::string redacted_dsn() const;
+
+  // --- the Backend contract (pgmutex/backend.hpp)
+  Result<void> create_schema(std::string_view table) noexcept;
+  Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept;
+  Result<void> heartbeat(const HolderKey& key) noexcept;
+  Result<void> release(const HolderKey& key) noexcept;
+  Result<std::optional<LockRow>> inspect(LockRef lock) noexcept;
+  Result<std::vector<LockRow>> list(std::string_view table) noexcept;
+  Result<std::optional<LockRow>> force_release(LockRef lock) noexcept;
+
+  // --- optional operations
+  Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
+  Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
+
+  struct Impl;  // public only so that the pool adapter can reach it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pgmutex
