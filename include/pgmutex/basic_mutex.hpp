@@ -25,6 +25,7 @@
 #include "pgmutex/guard.hpp"
 #include "pgmutex/metrics.hpp"
 #include "pgmutex/options.hpp"
+#include "pgmutex/singleton.hpp"
 
 namespace pgmutex {
 
@@ -92,6 +93,14 @@ class BasicMutex {
   std::optional<LockRow> inspect() { return value_or_throw(inspect(nothrow)); }
 
   [[nodiscard]] bool held() const { return state_->is_held(); }
+
+  // Wraps `fn` so that each call runs it only if the lock is acquired (one try,
+  // or waiting per `wait`), passing it the guard or its stop_token if it takes
+  // one. The mutex must outlive the wrapper.
+  template <class F>
+  Singleton<BasicMutex, F> singleton(F fn, WaitPolicy wait = {}) {
+    return Singleton<BasicMutex, F>(*this, std::move(fn), wait);
+  }
 
  private:
   explicit BasicMutex(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -220,7 +229,9 @@ class BasicMutex {
 
     bool grant_lost(std::uint64_t which) const {
       std::lock_guard lock(mutex);
-      return which == generation && held && lost;
+      // An older grant whose guard is still alive ended by loss, or it would
+      // have been released before this object could acquire again.
+      return which == generation ? held && lost : which == lost_generation;
     }
 
     std::stop_token grant_stop_token(std::uint64_t which) {
@@ -397,6 +408,7 @@ class BasicMutex {
 
     void declare_lost(Error reason) {
       lost = true;
+      lost_generation = generation;
       lost_reason = std::move(reason);
       if (stop_source) stop_source->request_stop();
       call_lost(metrics, options.lock_name, options.instance_id, lost_reason);
@@ -414,6 +426,7 @@ class BasicMutex {
     bool unknown_acquire_pending = false;
     Fence fence = 0;
     std::uint64_t generation = 0;  // bumped per grant and per release: stale guards and tasks see a mismatch
+    std::uint64_t lost_generation = 0;  // the last grant that was lost
     time_point last_good_send{};   // send time of the last heartbeat (or acquire) the server accepted
     TaskId heartbeat_task = 0;
     int heartbeat_failures = 0;

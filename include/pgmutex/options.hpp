@@ -13,8 +13,8 @@ namespace pgmutex {
 using namespace std::chrono_literals;
 
 struct Options {
-  std::string lock_name;        // 1..64 characters (as VARCHAR(64) counts them)
-  std::string instance_id;      // empty: "<hostname>-<random>"; else 1..64 characters, unique per process
+  std::string lock_name = {};   // 1..64 characters (as VARCHAR(64) counts them)
+  std::string instance_id = {}; // empty: "<hostname>-<random>"; else 1..64 characters, unique per process
   std::string table = "mutex_lock";  // an identifier, or schema.identifier; always quoted in SQL
   std::chrono::nanoseconds heartbeat_interval = 10s;
   std::chrono::nanoseconds alert_threshold = 30s;   // observers raise `alert` past this age

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,18 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   MemoryServer(TimeSource time, Sleeper sleeper) : time_(std::move(time)), sleeper_(std::move(sleeper)) {}
 
   // ---- fault injection -------------------------------------------------
+
+  // A fault plan: the next operations meet these faults in order, one each
+  // (any connection), before the standing faults below apply.
+  enum class Fault {
+    none,        // the operation runs normally
+    fail,        // it fails with backend_unavailable and changes nothing
+    lose_reply,  // it is applied, but the reply is lost (outcome_unknown)
+  };
+  void plan(std::initializer_list<Fault> faults) {
+    std::lock_guard lock(mutex_);
+    plan_.insert(plan_.end(), faults);
+  }
 
   // The next n operations (of any connection) fail with `error` and change nothing.
   void fail_next(int n, Errc error = Errc::backend_unavailable) {
@@ -114,6 +127,12 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::optional<Error> admit(std::string_view connection) {
     ++operations_;
     if (latency_ > std::chrono::nanoseconds::zero()) sleeper_(latency_);
+    if (!plan_.empty()) {
+      const Fault fault = plan_.front();
+      plan_.pop_front();
+      if (fault == Fault::fail) return Error(Errc::backend_unavailable, "planned failure");
+      if (fault == Fault::lose_reply) ++lose_replies_;
+    }
     if (partitioned_.contains(std::string(connection)))
       return Error(Errc::backend_unavailable, "connection '" + std::string(connection) + "' is partitioned");
     if (const auto it = dropped_.find(std::string(connection)); it != dropped_.end()) {
@@ -163,6 +182,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   int fail_next_ = 0;
   Errc fail_with_ = Errc::backend_unavailable;
   int lose_replies_ = 0;
+  std::deque<Fault> plan_;
   std::chrono::nanoseconds latency_{};
   std::chrono::nanoseconds offset_{};
   std::set<std::string, std::less<>> dropped_;

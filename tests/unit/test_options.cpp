@@ -1,0 +1,124 @@
+// Options validation and errors. Includes its headers first: they are self-contained.
+#include "pgmutex/options.hpp"
+#include "pgmutex/error.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace pgmutex;
+using namespace std::chrono_literals;
+
+namespace {
+Options valid() { return Options{.lock_name = "job", .instance_id = "a"}; }
+
+std::string rejection(Options o) {
+  auto r = validate(std::move(o));
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == Errc::invalid_argument);
+  return r.error().detail;
+}
+}  // namespace
+
+TEST_CASE("defaults follow the seed: 10 s heartbeat, 30 s alert, 600 s stale", "[options]") {
+  auto r = validate(valid());
+  REQUIRE(r);
+  CHECK(r->heartbeat_interval == 10s);
+  CHECK(r->alert_threshold == 30s);
+  CHECK(r->stale_threshold == 600s);
+  CHECK(r->poll_interval == 500ms);
+  CHECK(r->table == "mutex_lock");
+  CHECK(r->safety_margin == 60s);
+  CHECK(r->lease() == 540s);
+}
+
+TEST_CASE("lock_name is 1..64 characters, counted as VARCHAR counts them", "[options]") {
+  CHECK_THAT(rejection(Options{.lock_name = "", .instance_id = "a"}), Catch::Contains("lock_name must not be empty"));
+  CHECK(validate(Options{.lock_name = std::string(64, 'x'), .instance_id = "a"}));
+  CHECK_THAT(rejection(Options{.lock_name = std::string(65, 'x'), .instance_id = "a"}),
+             Catch::Contains("lock_name must be at most 64 characters, got 65"));
+  // 64 two-byte characters are 128 bytes but 64 characters: allowed.
+  std::string accented;
+  for (int i = 0; i < 64; ++i) accented += "\xC3\xA9";  // é
+  CHECK(validate(Options{.lock_name = accented, .instance_id = "a"}));
+  CHECK_THAT(rejection(Options{.lock_name = accented + "x", .instance_id = "a"}), Catch::Contains("got 65"));
+  CHECK_THAT(rejection(Options{.lock_name = "bad\xFF", .instance_id = "a"}), Catch::Contains("valid UTF-8"));
+  CHECK_THAT(rejection(Options{.lock_name = std::string("a\0b", 3), .instance_id = "a"}), Catch::Contains("NUL"));
+}
+
+TEST_CASE("instance_id defaults to <hostname>-<random> and follows the same rule", "[options]") {
+  auto a = validate(Options{.lock_name = "job"});
+  auto b = validate(Options{.lock_name = "job"});
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->instance_id != b->instance_id);
+  CHECK(utf8_length(a->instance_id).value() <= 64);
+  CHECK(a->instance_id.find('-') != std::string::npos);
+  CHECK_THAT(rejection(Options{.lock_name = "job", .instance_id = std::string(65, 'i')}),
+             Catch::Contains("instance_id must be at most 64 characters"));
+}
+
+TEST_CASE("thresholds must be ordered: heartbeat < alert < stale", "[options]") {
+  auto o = valid();
+  o.heartbeat_interval = 30s;
+  CHECK_THAT(rejection(o), Catch::Contains("heartbeat_interval (30s) must be < alert_threshold (30s)"));
+  o = valid();
+  o.alert_threshold = 700s;
+  CHECK_THAT(rejection(o), Catch::Contains("alert_threshold (700s) must be < stale_threshold (600s)"));
+  o = valid();
+  o.heartbeat_interval = 0s;
+  CHECK_THAT(rejection(o), Catch::Contains("heartbeat_interval must be > 0"));
+  o = valid();
+  o.poll_interval = -1s;
+  CHECK_THAT(rejection(o), Catch::Contains("poll_interval must be > 0"));
+}
+
+TEST_CASE("the safety margin leaves the holder time for a heartbeat", "[options]") {
+  auto o = valid();
+  o.safety_margin = 0s;
+  CHECK_THAT(rejection(o), Catch::Contains("safety_margin must be > 0"));
+  o.safety_margin = 595s;
+  CHECK_THAT(rejection(o), Catch::Contains("must be > heartbeat_interval"));
+  o.safety_margin = 100s;
+  auto r = validate(o);
+  REQUIRE(r);
+  CHECK(r->lease() == 500s);
+  // Short thresholds get a margin that still fits.
+  auto tight = validate(Options{.lock_name = "job", .instance_id = "a", .heartbeat_interval = 1s,
+                                .alert_threshold = 2s, .stale_threshold = 3s});
+  REQUIRE(tight);
+  CHECK(tight->lease() > tight->heartbeat_interval);
+}
+
+TEST_CASE("table must be an identifier, never SQL", "[options]") {
+  for (const char* good : {"mutex_lock", "locks2", "_x", "app.mutex_lock"}) {
+    auto o = valid();
+    o.table = good;
+    CHECK(validate(o));
+  }
+  for (const char* bad : {"", "1abc", "mutex lock", "x;DROP TABLE users", "a\"b", "a.b.c", ".x", "x.",
+                          "m\xC3\xA9"}) {
+    auto o = valid();
+    o.table = bad;
+    CAPTURE(bad);
+    CHECK_THAT(rejection(o), Catch::Contains("must be an identifier"));
+  }
+  auto o = valid();
+  o.table = std::string(64, 't');
+  CHECK_THAT(rejection(o), Catch::Contains("at most 63 bytes"));
+}
+
+TEST_CASE("errors map to exception types that derive from std::system_error", "[options][errors]") {
+  CHECK_THROWS_AS(throw_error(Error(Errc::lock_not_held, "x")), LockNotHeldError);
+  CHECK_THROWS_AS(throw_error(Error(Errc::lease_lost, "x")), LockNotHeldError);
+  CHECK_THROWS_AS(throw_error(Error(Errc::already_acquired, "x")), LockHeldError);
+  CHECK_THROWS_AS(throw_error(Error(Errc::invalid_argument, "x")), InvalidArgumentError);
+  CHECK_THROWS_AS(throw_error(Error(Errc::backend_unavailable, "x")), BackendError);
+  CHECK_THROWS_AS(throw_error(Error(Errc::timeout, "x")), LockTimeoutError);
+  try {
+    throw_error(Error(Errc::lock_not_held, "lock 'job': row gone"));
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == Errc::lock_not_held);
+    CHECK_THAT(e.what(), Catch::Contains("lock 'job': row gone") && Catch::Contains("lock not held"));
+  }
+  CHECK(Error(Errc::timeout).message() == "timed out");
+  CHECK(make_error_code(Errc::backend_unavailable).category().name() == std::string("pgmutex"));
+}
