@@ -1,0 +1,111 @@
+#include "arguments.hpp"
+
+#include <cmath>
+#include <string_view>
+#include <utility>
+
+#include "exit_codes.hpp"
+#include "pgmutex/options.hpp"
+
+namespace pgmutex::cli {
+namespace {
+
+constexpr double max_seconds = 1e8;  // ~3 years: far beyond any sane threshold, far from overflow
+
+}  // namespace
+
+void add_connection_options(CLI::App& command, ConnectionArgs& args) {
+  command
+      .add_option("--dsn", args.dsn,
+                  "libpq connection string (keyword or URI form); default: $PGMUTEX_DSN, else the "
+                  "PGHOST/PGPORT/PGUSER/PGDATABASE environment and ~/.pgpass")
+      ->envname("PGMUTEX_DSN")
+      ->type_name("DSN");
+  args.table = Options{}.table;
+  command.add_option("--table", args.table, "lock table")
+      ->capture_default_str()
+      ->type_name("TABLE")
+      ->check(table_name_validator());
+}
+
+void add_threshold_options(CLI::App& command, ThresholdArgs& args) {
+  const Options defaults;
+  args.alert_s = to_seconds(defaults.alert_threshold);
+  args.stale_s = to_seconds(defaults.stale_threshold);
+  command.add_option("--alert-threshold", args.alert_s, "seconds without a heartbeat before a holder is 'alert'")
+      ->capture_default_str()
+      ->type_name("S")
+      ->check(seconds_validator());
+  command
+      .add_option("--stale-threshold", args.stale_s,
+                  "seconds without a heartbeat before a lock is 'stale' and may be reclaimed")
+      ->capture_default_str()
+      ->type_name("S")
+      ->check(seconds_validator());
+}
+
+CLI::Validator seconds_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value))
+          return "'" + text + "' is not a number of seconds";
+        if (value < 0 || value > max_seconds)
+          return "'" + text + "' is out of range: give seconds from 0 to " + std::to_string(max_seconds);
+        return {};
+      },
+      "SECONDS", "seconds");
+}
+
+CLI::Validator lock_name_validator() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        auto valid = validate_lock_name(name, "lock name");
+        return valid ? std::string() : valid.error().detail;
+      },
+      "NAME", "lock name");
+}
+
+CLI::Validator table_name_validator() {
+  return CLI::Validator(
+      [](std::string& table) -> std::string {
+        auto valid = validate_table_name(table);
+        return valid ? std::string() : valid.error().detail;
+      },
+      "TABLE", "table name");
+}
+
+std::chrono::nanoseconds to_duration(double seconds) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
+}
+
+double to_seconds(std::chrono::nanoseconds duration) { return std::chrono::duration<double>(duration).count(); }
+
+void check_threshold_order(const ThresholdArgs& thresholds) {
+  // The library's validate() holds the rule; give it a heartbeat interval that
+  // can never be the problem, so only the thresholds are judged.
+  Options options;
+  options.lock_name = "status";
+  options.alert_threshold = to_duration(thresholds.alert_s);
+  options.stale_threshold = to_duration(thresholds.stale_s);
+  options.heartbeat_interval = options.alert_threshold / 2;
+  if (options.heartbeat_interval <= std::chrono::nanoseconds::zero())
+    throw Exit(exit_code::usage, "--alert-threshold must be > 0");
+  if (auto valid = validate(std::move(options)); !valid)
+    throw Exit(exit_code::usage, in_flag_terms(valid.error().detail));
+}
+
+std::string in_flag_terms(std::string message) {
+  static constexpr std::pair<std::string_view, std::string_view> names[] = {
+      {"heartbeat_interval", "--heartbeat-interval"}, {"alert_threshold", "--alert-threshold"},
+      {"stale_threshold", "--stale-threshold"},       {"lock_name", "--lock"},
+      {"safety_margin", "the safety margin"},
+  };
+  for (const auto& [library, flag] : names) {
+    for (auto at = message.find(library); at != std::string::npos; at = message.find(library, at + flag.size()))
+      message.replace(at, library.size(), flag);
+  }
+  return message;
+}
+
+}  // namespace pgmutex::cli

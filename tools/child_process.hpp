@@ -1,0 +1,58 @@
+// The supervised command: spawned with posix_spawnp, signalled, reaped.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pgmutex::cli {
+
+// NAME=value entries to set in the child's environment, on top of ours.
+struct EnvironmentOverrides {
+  std::vector<std::pair<std::string, std::string>> variables;
+};
+
+class ChildProcess {
+ public:
+  // Starts `argv` (looked up in PATH) with our environment plus `overrides`,
+  // default signal handling and an empty signal mask.
+  //
+  // own_process_group: the child leads a new process group and every signal
+  // we send goes to the whole group, so a shell script's own children stop
+  // too. Not done when we run in a terminal's foreground, where the child must
+  // stay in the terminal's foreground group to read from it (and receives the
+  // terminal's Ctrl-C itself).
+  //
+  // Throws Exit: 127 if the command is not found, 126 if it cannot be executed.
+  ChildProcess(const std::vector<std::string>& argv, const EnvironmentOverrides& overrides, bool own_process_group);
+
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+  [[nodiscard]] bool own_process_group() const noexcept { return own_group_; }
+
+  // Sends `signo` (to the group, if it has its own). No-op once reaped.
+  void signal(int signo) const noexcept;
+
+  // The exit code a shell would report (status, or 128 + signal) once the
+  // child has ended; nullopt while it runs. Never blocks.
+  [[nodiscard]] std::optional<int> try_reap();
+
+  [[nodiscard]] std::optional<int> exit_code() const noexcept { return exit_code_; }
+  // The signal that killed it, if one did.
+  [[nodiscard]] std::optional<int> killed_by() const noexcept { return killed_by_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool own_group_ = false;
+  std::optional<int> exit_code_;
+  std::optional<int> killed_by_;
+};
+
+// True when stdin is a terminal whose foreground process group is ours.
+[[nodiscard]] bool in_terminal_foreground() noexcept;
+
+}  // namespace pgmutex::cli

@@ -1,0 +1,21 @@
+// Each subcommand adds itself to the app and returns what runs it once the
+// command line has been parsed.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace pgmutex::cli {
+
+// Returns the exit code; throws Exit to stop with a code and a message.
+using CommandRunner = std::function<int()>;
+
+// `separator_given`: whether "--" appears on the command line (CLI11 does not
+// tell positionals after it from those before it).
+CommandRunner add_run_command(CLI::App& app, bool separator_given);
+CommandRunner add_status_command(CLI::App& app);
+CommandRunner add_release_command(CLI::App& app);
+CommandRunner add_schema_command(CLI::App& app);
+
+}  // namespace pgmutex::cli

@@ -1,0 +1,45 @@
+#include "interrupt_watch.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "exit_codes.hpp"
+
+namespace pgmutex::cli {
+
+InterruptWatch::InterruptWatch(SignalReader& signals)
+    : signals_(signals), thread_([this](const std::stop_token& stop) { watch(stop); }) {}
+
+InterruptWatch::~InterruptWatch() { finish(); }
+
+void InterruptWatch::finish() {
+  if (!thread_.joinable()) return;
+  thread_.request_stop();
+  wakeup_.notify();
+  thread_.join();
+}
+
+void InterruptWatch::watch(const std::stop_token& stop) {
+  while (!stop.stop_requested()) {
+    pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {wakeup_.fd(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) continue;  // EINTR
+    while (auto info = signals_.next()) {
+      const int signo = static_cast<int>(info->ssi_signo);
+      if (signo == SIGCHLD) continue;
+      if (!waiting_.load()) {
+        // Connecting: nothing to release, so stop now, as a shell's job would.
+        const std::string line = std::string("pgmutex: interrupted by SIG") + signal_name(signo) + "\n";
+        [[maybe_unused]] const auto n = ::write(STDERR_FILENO, line.data(), line.size());
+        std::_Exit(exit_code::signal_base + signo);
+      }
+      int none = 0;
+      signal_.compare_exchange_strong(none, signo);
+      cancel_.request_stop();
+    }
+  }
+}
+
+}  // namespace pgmutex::cli

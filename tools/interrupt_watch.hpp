@@ -1,0 +1,43 @@
+// Before the command starts: a thread that reads SIGINT/SIGTERM/SIGHUP so that
+// an interrupt cancels the wait for the lock instead of being lost.
+#pragma once
+
+#include <atomic>
+#include <stop_token>
+#include <thread>
+
+#include "signals.hpp"
+
+namespace pgmutex::cli {
+
+class InterruptWatch {
+ public:
+  // While connecting nothing is held, so an interrupt ends the program at
+  // once (exit 128 + N); once waiting for the lock, it cancels the wait.
+  explicit InterruptWatch(SignalReader& signals);
+  ~InterruptWatch();
+  InterruptWatch(const InterruptWatch&) = delete;
+  InterruptWatch& operator=(const InterruptWatch&) = delete;
+
+  // From now on an interrupt requests stop on stop_token() instead of exiting.
+  void start_waiting() noexcept { waiting_.store(true); }
+  [[nodiscard]] std::stop_token stop_token() const noexcept { return cancel_.get_token(); }
+
+  // Stops and joins the thread; afterwards the caller reads the signals.
+  void finish();
+
+  // The interrupt that arrived, or 0.
+  [[nodiscard]] int interrupted_by() const noexcept { return signal_.load(); }
+
+ private:
+  void watch(const std::stop_token& stop);
+
+  SignalReader& signals_;
+  Wakeup wakeup_;
+  std::stop_source cancel_;
+  std::atomic<bool> waiting_{false};
+  std::atomic<int> signal_{0};
+  std::jthread thread_;
+};
+
+}  // namespace pgmutex::cli

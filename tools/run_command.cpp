@@ -1,0 +1,184 @@
+// pgmutex run: hold a lock while a command runs.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "arguments.hpp"
+#include "child_process.hpp"
+#include "commands.hpp"
+#include "connection.hpp"
+#include "exit_codes.hpp"
+#include "interrupt_watch.hpp"
+#include "lock_events.hpp"
+#include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/postgres_backend.hpp"
+#include "signals.hpp"
+#include "supervisor.hpp"
+
+namespace pgmutex::cli {
+namespace {
+
+using RunMutex = BasicMutex<PostgresBackend, SteadyClock, LockEvents>;
+using Guard = RunMutex::guard_type;
+
+struct RunArgs {
+  ConnectionArgs connection;
+  ThresholdArgs thresholds{};
+  std::string lock;
+  bool wait = false;
+  double timeout_s = 0;
+  CLI::Option* timeout_option = nullptr;
+  double heartbeat_s = 0;
+  double grace_s = 10;
+  std::vector<std::string> command;
+  bool separator_given = false;
+};
+
+std::string seconds_text(double seconds) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f s", seconds);
+  return buffer;
+}
+
+Options lock_options(const RunArgs& args) {
+  Options options;
+  options.lock_name = args.lock;
+  options.table = args.connection.table;
+  options.heartbeat_interval = to_duration(args.heartbeat_s);
+  options.alert_threshold = to_duration(args.thresholds.alert_s);
+  options.stale_threshold = to_duration(args.thresholds.stale_s);
+  return options;
+}
+
+void check_usage(const RunArgs& args) {
+  if (!args.separator_given)
+    throw Exit(exit_code::usage, "run: missing '--' before the command: pgmutex run --lock NAME -- COMMAND [ARGS...]");
+  if (args.command.empty())
+    throw Exit(exit_code::usage, "run: no command after '--': pgmutex run --lock NAME -- COMMAND [ARGS...]");
+  if (auto valid = validate(lock_options(args)); !valid)
+    throw Exit(exit_code::usage, "run: " + in_flag_terms(valid.error().detail));
+}
+
+// The one line a contender prints: who holds the lock and how late they are.
+[[noreturn]] void exit_taken(const RunArgs& args, const Guard& empty, bool timed_out) {
+  std::string line = "lock '" + args.lock + "' is ";
+  line += timed_out ? "still held after waiting " + seconds_text(args.timeout_s) + " by " : "held by ";
+  if (const auto& holder = empty.holder()) {
+    line += holder->instance_id + " (fence " + std::to_string(holder->fence) + "), last heartbeat " +
+            seconds_text(holder->seconds_since_heartbeat) + " ago";
+    if (holder->seconds_since_heartbeat >= args.thresholds.alert_s)
+      line += " - past the alert threshold (" + seconds_text(args.thresholds.alert_s) +
+              "): the holder may be dead; the lock becomes reclaimable at " + seconds_text(args.thresholds.stale_s);
+  } else {
+    line += "another instance";
+  }
+  throw Exit(exit_code::temporary, line);
+}
+
+[[noreturn]] void exit_interrupted(int signo, const std::string& when) {
+  throw Exit(exit_code::signal_base + signo, std::string("interrupted by SIG") + signal_name(signo) + " " + when);
+}
+
+Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts) {
+  interrupts.start_waiting();
+  auto guard = args.wait ? mutex.acquire(nothrow,
+                                         args.timeout_option->count() > 0
+                                             ? std::optional(to_duration(args.timeout_s))
+                                             : std::nullopt,
+                                         interrupts.stop_token())
+                         : mutex.try_acquire(nothrow);
+  interrupts.finish();
+  if (!guard) exit_with(guard.error(), "run: lock '" + args.lock + "'");
+  if (const int signo = interrupts.interrupted_by(); signo != 0)
+    exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + args.lock + "'");
+  if (!*guard) exit_taken(args, *guard, guard->why() == Errc::timeout);
+  return std::move(*guard);
+}
+
+int execute(RunArgs& args) {
+  check_usage(args);
+
+  // Before any thread exists, so that every thread inherits the mask.
+  block_supervised_signals();
+  SignalReader signals;
+  InterruptWatch interrupts(signals);
+
+  auto created = RunMutex::create(connect_backend(args.connection), lock_options(args), SteadyClock{},
+                                  LockEvents{.report_alerts = args.wait});
+  if (!created) exit_with(created.error(), "run");
+  RunMutex& mutex = *created;
+  Guard guard = take_lock(mutex, args, interrupts);
+
+  Wakeup lost;
+  std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
+
+  EnvironmentOverrides environment{{{"PGMUTEX_LOCK", args.lock},
+                                    {"PGMUTEX_FENCE", std::to_string(guard.fence())},
+                                    {"PGMUTEX_INSTANCE", std::string(mutex.instance_id())}}};
+  ChildProcess child(args.command, environment, !in_terminal_foreground());
+
+  const auto grace = to_duration(args.grace_s);
+  const auto outcome = supervise(child, signals, lost, grace, [&] {
+    const auto why = guard.heartbeat(nothrow);
+    std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
+                 args.lock.c_str(), why ? "lease lost" : why.error().message().c_str(),
+                 seconds_text(args.grace_s).c_str());
+  });
+
+  if (outcome.lease_lost) {
+    (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
+    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; the command " +
+                                        (outcome.killed_after_grace ? "was killed with SIGKILL after the grace period"
+                                                                    : "ended after SIGTERM"));
+  }
+  if (auto released = guard.release(nothrow); !released)
+    std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", args.lock.c_str(),
+                 released.error().message().c_str());
+  return outcome.exit_code;
+}
+
+}  // namespace
+
+CommandRunner add_run_command(CLI::App& app, bool separator_given) {
+  auto args = std::make_shared<RunArgs>();
+  args->separator_given = separator_given;
+  const Options defaults;
+  args->heartbeat_s = to_seconds(defaults.heartbeat_interval);
+
+  CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock; exit 75 if the lock is taken");
+  run->add_option("--lock", args->lock, "name of the lock (1..64 characters)")
+      ->required()
+      ->type_name("NAME")
+      ->check(lock_name_validator());
+  CLI::Option* wait = run->add_flag("--wait", args->wait, "wait for the lock instead of exiting 75 at once");
+  args->timeout_option = run->add_option("--timeout", args->timeout_s, "with --wait: give up after S seconds (exit 75)")
+                             ->type_name("S")
+                             ->check(seconds_validator())
+                             ->needs(wait);
+  add_threshold_options(*run, args->thresholds);
+  run->add_option("--heartbeat-interval", args->heartbeat_s, "seconds between heartbeats while the command runs")
+      ->capture_default_str()
+      ->type_name("S")
+      ->check(seconds_validator());
+  run->add_option("--grace", args->grace_s, "if the lock is lost: seconds between SIGTERM and SIGKILL")
+      ->capture_default_str()
+      ->type_name("S")
+      ->check(seconds_validator());
+  add_connection_options(*run, args->connection);
+  run->add_option("command", args->command, "the command to run, after '--'")->type_name("COMMAND [ARGS...]");
+  run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
+to what you protect) and PGMUTEX_INSTANCE in its environment. SIGINT, SIGTERM and
+SIGHUP are forwarded to it. pgmutex exits with its exit code (128+N if signal N
+killed it); 75 if the lock is taken; 70 if the lock was lost while it ran.
+
+Examples:
+  pgmutex run --lock nightly-report -- ./report.sh
+  pgmutex run --lock deploy --wait --timeout 300 -- make deploy
+  */5 * * * *  pgmutex run --lock sync --dsn 'host=db user=cron' -- /opt/sync)");
+  return [args] { return execute(*args); };
+}
+
+}  // namespace pgmutex::cli

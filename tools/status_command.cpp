@@ -1,0 +1,66 @@
+// pgmutex status [NAME] [--json]: who holds what, and how late their heartbeats are.
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "arguments.hpp"
+#include "commands.hpp"
+#include "connection.hpp"
+#include "exit_codes.hpp"
+#include "status_format.hpp"
+
+namespace pgmutex::cli {
+namespace {
+
+struct StatusArgs {
+  ConnectionArgs connection;
+  ThresholdArgs thresholds{};
+  std::string lock;
+  bool json = false;
+};
+
+int execute(const StatusArgs& args) {
+  check_threshold_order(args.thresholds);
+  PostgresBackend backend = connect_backend(args.connection);
+
+  StatusReport report{args.connection.table, std::nullopt, args.thresholds, {}};
+  if (!args.lock.empty()) {
+    report.lock = args.lock;
+    auto row = backend.inspect(LockRef{args.connection.table, args.lock});
+    if (!row) exit_with(row.error(), "status: lock '" + args.lock + "'");
+    if (*row) report.rows.push_back(std::move(**row));
+  } else {
+    auto rows = backend.list(args.connection.table);
+    if (!rows) exit_with(rows.error(), "status: table " + args.connection.table);
+    report.rows = std::move(*rows);
+  }
+
+  if (args.json)
+    std::cout << to_json(report).dump(2) << '\n';
+  else
+    std::cout << format_text(report);
+  std::cout.flush();
+  return std::cout ? exit_code::ok : exit_code::software;
+}
+
+}  // namespace
+
+CommandRunner add_status_command(CLI::App& app) {
+  auto args = std::make_shared<StatusArgs>();
+  CLI::App* status = app.add_subcommand("status", "Show held locks: holder, fence, heartbeat age, ok/alert/stale");
+  status->add_option("name", args->lock, "show only this lock")->type_name("NAME")->check(lock_name_validator());
+  status->add_flag("--json", args->json, "print JSON instead of a table");
+  add_threshold_options(*status, args->thresholds);
+  add_connection_options(*status, args->connection);
+  status->footer(R"(States: ok; alert (no heartbeat for --alert-threshold seconds: is the holder
+slow or dead?); stale (no heartbeat for --stale-threshold seconds: any instance
+may reclaim it). Ages come from the server's clock.
+
+Examples:
+  pgmutex status
+  pgmutex status nightly-report --json | jq '.locks[0].state'
+  pgmutex status --alert-threshold 60 --stale-threshold 900)");
+  return [args] { return execute(*args); };
+}
+
+}  // namespace pgmutex::cli

@@ -1,0 +1,40 @@
+// What `pgmutex status` shows: each lock's state, as a table or as JSON.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "arguments.hpp"
+#include "pgmutex/backend.hpp"
+
+namespace pgmutex::cli {
+
+enum class LockState { ok, alert, stale };
+
+// By the server-clock age of the last heartbeat: stale (reclaimable) at the
+// stale threshold, alert at the alert threshold, else ok.
+[[nodiscard]] LockState state_of(const LockRow& row, const ThresholdArgs& thresholds) noexcept;
+[[nodiscard]] std::string_view to_string(LockState state) noexcept;
+
+// UTC, ISO 8601 with milliseconds: 2024-05-01T12:00:00.123Z
+[[nodiscard]] std::string iso8601(std::chrono::system_clock::time_point when);
+
+struct StatusReport {
+  std::string table;
+  std::optional<std::string> lock;  // asked about one lock
+  ThresholdArgs thresholds{};
+  std::vector<LockRow> rows;
+};
+
+// Aligned columns, one lock per line, or one line saying nothing is held.
+[[nodiscard]] std::string format_text(const StatusReport& report);
+
+// {"table":..., "alert_threshold":..., "stale_threshold":..., "locks":[{...}]}
+[[nodiscard]] nlohmann::json to_json(const StatusReport& report);
+
+}  // namespace pgmutex::cli

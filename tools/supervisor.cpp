@@ -1,0 +1,64 @@
+#include "supervisor.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <optional>
+#include <system_error>
+
+namespace pgmutex::cli {
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// poll()'s timeout for a deadline: -1 without one, rounded up so we never wake early.
+int poll_timeout_ms(const std::optional<steady::time_point>& deadline) {
+  if (!deadline) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - steady::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1'000'000));
+}
+
+// A signal a terminal sent to its foreground group already reached a child in
+// that group: forwarding it would deliver it twice.
+bool child_already_got(const ChildProcess& child, const signalfd_siginfo& info) {
+  return !child.own_process_group() && info.ssi_code == SI_KERNEL;
+}
+
+}  // namespace
+
+SupervisionResult supervise(ChildProcess& child, SignalReader& signals, const Wakeup& lost,
+                            std::chrono::nanoseconds grace, const std::function<void()>& on_lost) {
+  SupervisionResult result;
+  std::optional<steady::time_point> kill_deadline;
+  for (;;) {
+    if (auto code = child.try_reap()) {
+      result.exit_code = *code;
+      return result;
+    }
+    if (kill_deadline && steady::now() >= *kill_deadline) {
+      child.signal(SIGKILL);
+      result.killed_after_grace = true;
+      kill_deadline.reset();  // now only its exit is awaited
+    }
+
+    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost.fd(), POLLIN, 0}};
+    if (::poll(fds, 2, poll_timeout_ms(kill_deadline)) < 0 && errno != EINTR)
+      throw std::system_error(errno, std::generic_category(), "poll");
+
+    while (auto info = signals.next()) {
+      const int signo = static_cast<int>(info->ssi_signo);
+      if (signo == SIGCHLD) continue;  // reaped at the top of the loop
+      if (!child_already_got(child, *info)) child.signal(signo);
+    }
+    if (lost.drain() && !result.lease_lost) {
+      result.lease_lost = true;
+      on_lost();
+      child.signal(SIGTERM);
+      child.signal(SIGCONT);  // a stopped command must wake up to die
+      kill_deadline = steady::now() + grace;
+    }
+  }
+}
+
+}  // namespace pgmutex::cli
