@@ -25,12 +25,21 @@ struct PostgresOptions {
   bool heartbeat_synchronous_commit_off = true;
 };
 
+// A source of connections the backend borrows instead of owning one: defined
+// in pgmutex/postgres_pool.hpp, the only header of ours that names libpqxx.
+class ConnectionSource;
+
 class PostgresBackend {
  public:
   // Owns one connection, opened on first use from `dsn`, handed to libpq
   // untouched (keyword or URI form; what it leaves out comes from PGHOST,
   // PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and .pgpass).
   explicit PostgresBackend(std::string dsn = {}, PostgresOptions options = {});
+
+  // Borrows a connection from `pool` for each operation and gives it back; it
+  // never opens or closes the pool. Build it with make_pooled_backend(pool)
+  // from pgmutex/postgres_pool.hpp.
+  explicit PostgresBackend(std::shared_ptr<ConnectionSource> pool, PostgresOptions options = {});
 
   PostgresBackend(PostgresBackend&&) noexcept;
   PostgresBackend& operator=(PostgresBackend&&) noexcept;
@@ -54,6 +63,10 @@ class PostgresBackend {
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
+
+  // The NOTIFY channel on which release() announces that `lock` is free (an
+  // identifier made by hashing the table and lock name).
+  [[nodiscard]] static std::string release_channel(LockRef lock);
 
   struct Impl;  // public only so that the pool adapter can reach it
 

@@ -1,0 +1,169 @@
+#include "dsn.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+namespace pgmutex::postgres_detail {
+namespace {
+
+constexpr std::string_view mask = "********";
+
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      const int hi = hex_value(text[i + 1]);
+      const int lo = hex_value(text[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+// A span of the DSN that holds a password value: [begin, end), and its unescaped text.
+struct SecretSpan {
+  std::size_t begin;
+  std::size_t end;
+  std::string value;
+};
+
+// Keyword form, as libpq reads it: key = value, value either 'quoted' (with
+// backslash escapes) or running to the next blank.
+std::vector<SecretSpan> keyword_password_spans(std::string_view dsn) {
+  std::vector<SecretSpan> spans;
+  std::size_t i = 0;
+  while (i < dsn.size()) {
+    while (i < dsn.size() && is_space(dsn[i])) ++i;
+    const std::size_t key_begin = i;
+    while (i < dsn.size() && dsn[i] != '=' && !is_space(dsn[i])) ++i;
+    const std::string_view key = dsn.substr(key_begin, i - key_begin);
+    while (i < dsn.size() && is_space(dsn[i])) ++i;
+    if (i >= dsn.size() || dsn[i] != '=') {
+      // Malformed: treat the rest after a "password" key as secret, to be safe.
+      if (key == "password") spans.push_back({i, dsn.size(), std::string(dsn.substr(i))});
+      if (key.empty()) ++i;
+      continue;
+    }
+    ++i;  // '='
+    while (i < dsn.size() && is_space(dsn[i])) ++i;
+    const std::size_t value_begin = i;
+    std::string value;
+    if (i < dsn.size() && dsn[i] == '\'') {
+      ++i;
+      while (i < dsn.size() && dsn[i] != '\'') {
+        if (dsn[i] == '\\' && i + 1 < dsn.size()) ++i;
+        value.push_back(dsn[i++]);
+      }
+      if (i < dsn.size()) ++i;  // closing quote
+    } else {
+      while (i < dsn.size() && !is_space(dsn[i])) {
+        if (dsn[i] == '\\' && i + 1 < dsn.size()) ++i;
+        value.push_back(dsn[i++]);
+      }
+    }
+    if (key == "password") spans.push_back({value_begin, i, std::move(value)});
+  }
+  return spans;
+}
+
+// URI form: the password in user:password@ and any password= parameter.
+std::vector<SecretSpan> uri_password_spans(std::string_view dsn) {
+  std::vector<SecretSpan> spans;
+  const std::size_t scheme_end = dsn.find("://");
+  if (scheme_end == std::string_view::npos) return spans;
+  const std::size_t authority = scheme_end + 3;
+  const std::size_t query = dsn.find('?', authority);
+  const std::string_view before_query = dsn.substr(0, query == std::string_view::npos ? dsn.size() : query);
+  // The last '@' before the query ends the user info, even if the password holds a raw '/'.
+  const std::size_t at = before_query.rfind('@');
+  if (at != std::string_view::npos && at >= authority) {
+    const std::size_t colon = dsn.find(':', authority);
+    if (colon != std::string_view::npos && colon < at)
+      spans.push_back({colon + 1, at, percent_decode(dsn.substr(colon + 1, at - colon - 1))});
+  }
+  if (query != std::string_view::npos) {
+    std::size_t i = query + 1;
+    while (i <= dsn.size()) {
+      std::size_t amp = dsn.find('&', i);
+      if (amp == std::string_view::npos) amp = dsn.size();
+      const std::string_view param = dsn.substr(i, amp - i);
+      const std::size_t eq = param.find('=');
+      if (eq != std::string_view::npos && param.substr(0, eq) == "password")
+        spans.push_back({i + eq + 1, amp, percent_decode(param.substr(eq + 1))});
+      i = amp + 1;
+    }
+  }
+  return spans;
+}
+
+std::vector<SecretSpan> password_spans(std::string_view dsn) {
+  return is_uri(dsn) ? uri_password_spans(dsn) : keyword_password_spans(dsn);
+}
+
+}  // namespace
+
+bool is_uri(std::string_view dsn) noexcept {
+  return dsn.starts_with("postgresql://") || dsn.starts_with("postgres://");
+}
+
+std::string redact_dsn(std::string_view dsn) {
+  auto spans = password_spans(dsn);
+  std::string out;
+  std::size_t at = 0;
+  for (const SecretSpan& span : spans) {
+    out.append(dsn.substr(at, span.begin - at));
+    out.append(mask);
+    at = span.end;
+  }
+  out.append(dsn.substr(std::min(at, dsn.size())));
+  return out;
+}
+
+std::vector<std::string> secrets_of(std::string_view dsn) {
+  std::vector<std::string> secrets;
+  for (const SecretSpan& span : password_spans(dsn)) {
+    secrets.emplace_back(dsn.substr(span.begin, span.end - span.begin));
+    secrets.push_back(span.value);
+  }
+  if (const char* env = std::getenv("PGPASSWORD")) secrets.emplace_back(env);
+  std::erase_if(secrets, [](const std::string& s) { return s.empty(); });
+  // Longest first, so that a secret inside another is not half-replaced.
+  std::ranges::sort(secrets, std::greater<>{}, &std::string::size);
+  return secrets;
+}
+
+std::string scrub(std::string text, const std::vector<std::string>& secrets) {
+  for (const std::string& secret : secrets) {
+    for (std::size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + mask.size()))
+      text.replace(at, secret.size(), mask);
+  }
+  return text;
+}
+
+std::string with_connect_timeout(std::string dsn, std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero() || dsn.find("connect_timeout") != std::string::npos ||
+      std::getenv("PGCONNECT_TIMEOUT") != nullptr)
+    return dsn;
+  // libpq counts whole seconds and treats anything below 2 as 2.
+  const auto seconds = std::max<long long>(2, std::chrono::ceil<std::chrono::seconds>(timeout).count());
+  const std::string setting = "connect_timeout=" + std::to_string(seconds);
+  if (is_uri(dsn)) return dsn + (dsn.find('?') == std::string::npos ? "?" : "&") + setting;
+  return dsn.empty() ? setting : dsn + " " + setting;
+}
+
+}  // namespace pgmutex::postgres_detail

@@ -1,0 +1,8 @@
+// The explicit instantiation that pgmutex/mutex.hpp declares extern.
+#include "pgmutex/mutex.hpp"
+
+namespace pgmutex {
+
+template class BasicMutex<PostgresBackend>;
+
+}  // namespace pgmutex

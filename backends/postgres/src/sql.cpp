@@ -1,0 +1,143 @@
+#include "sql.hpp"
+
+#include <array>
+#include <cstdint>
+
+namespace pgmutex::postgres_detail {
+namespace {
+
+// The sequence lives next to the table: mutex_lock -> mutex_lock_fence_seq.
+std::string sequence_of(std::string_view table) { return std::string(table) + "_fence_seq"; }
+
+std::string quote_parts(std::string_view name) {
+  const auto dot = name.find('.');
+  if (dot == std::string_view::npos) return "\"" + std::string(name) + "\"";
+  return "\"" + std::string(name.substr(0, dot)) + "\".\"" + std::string(name.substr(dot + 1)) + "\"";
+}
+
+std::string bare_table(std::string_view table) {
+  const auto dot = table.find('.');
+  return std::string(dot == std::string_view::npos ? table : table.substr(dot + 1));
+}
+
+// nextval('"schema"."t_fence_seq"'): the identifier is validated ([A-Za-z0-9_]), so it is a safe literal.
+std::string nextval(std::string_view table) { return "nextval('" + quote_parts(sequence_of(table)) + "')"; }
+
+// The columns a LockRow is read from, in its order.
+constexpr std::string_view row_columns =
+    "lock_name, instance_id, fence, "
+    "(extract(epoch FROM acquired_at) * 1000000)::bigint, "
+    "extract(epoch FROM now() - last_heartbeat)::float8";
+
+}  // namespace
+
+std::string hash_hex(std::string_view text) {
+  std::uint64_t h = 14695981039346656037ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  static constexpr std::array<char, 16> digits{'0', '1', '2', '3', '4', '5', '6', '7',
+                                               '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'};
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = digits[h & 0xF];
+  return out;
+}
+
+std::string quote_table(std::string_view table) { return quote_parts(table); }
+
+std::string release_channel(std::string_view table, std::string_view lock_name) {
+  std::string key(table);
+  key.push_back('\0');
+  key.append(lock_name);
+  return "pgmutex_" + hash_hex(key);
+}
+
+TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
+  const std::string t = quote_table(table);
+  // Names differ per table and per statement text, so one connection can serve many tables.
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync"));
+  TableStatements s;
+  s.table = std::string(table);
+
+  // Read the row; insert only if there is none (DO NOTHING if someone beat
+  // us to it); take it over only if stale. A losing try changes no row, so it
+  // takes no row lock, no transaction id and writes no WAL. Under READ
+  // COMMITTED the UPDATE re-checks its WHERE on the newest row version, so of
+  // two reclaimers of one stale row only the first wins.
+  s.acquire = {"pgmutex_acquire" + suffix,
+               "WITH cur AS ("
+               " SELECT instance_id, fence, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
+               " last_heartbeat < now() - $3::float8 * interval '1 second' AS stale"
+               " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
+               " ins AS ("
+               " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at)"
+               " SELECT $1, 1, $2, now(), now() WHERE NOT EXISTS (SELECT 1 FROM cur)"
+               " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
+               " upd AS ("
+               " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
+               " fence = " + nextval(table) +
+               " WHERE locked = 1 AND lock_name = $1 AND last_heartbeat < now() - $3::float8 * interval '1 second'"
+               " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) RETURNING fence)"
+               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age"
+               " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true"};
+
+  // synchronous_commit is read at commit: set_config(..., true) inside the
+  // statement makes this one implicit transaction skip the WAL flush wait.
+  const std::string async_commit =
+      heartbeat_synchronous_commit_off ? " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS cfg" : "";
+  s.heartbeat = {"pgmutex_heartbeat" + suffix,
+                 "UPDATE " + t + " SET last_heartbeat = now()" + async_commit +
+                     " WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"};
+
+  s.heartbeat_many = {"pgmutex_heartbeat_many" + suffix,
+                      "UPDATE " + t + " AS t SET last_heartbeat = now()" +
+                          " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(lock_name, instance_id, fence)" +
+                          (heartbeat_synchronous_commit_off
+                               ? ", (SELECT set_config('synchronous_commit', 'off', true)) AS cfg"
+                               : "") +
+                          " WHERE t.locked = 1 AND t.lock_name = k.lock_name AND t.instance_id = k.instance_id"
+                          " AND t.fence = k.fence RETURNING t.lock_name, t.instance_id, t.fence"};
+
+  // The NOTIFY is sent at commit, only if the row was ours.
+  s.release = {"pgmutex_release" + suffix,
+               "WITH d AS (DELETE FROM " + t +
+                   " WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3 RETURNING 1)"
+                   " SELECT pg_notify($4, '') FROM d"};
+
+  s.inspect = {"pgmutex_inspect" + suffix,
+               "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 AND lock_name = $1"};
+  s.list = {"pgmutex_list" + suffix,
+            "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 ORDER BY lock_name"};
+  s.force_release = {"pgmutex_force_release" + suffix,
+                     "WITH d AS (DELETE FROM " + t + " WHERE locked = 1 AND lock_name = $1 RETURNING *)"
+                     " SELECT " + std::string(row_columns) + ", pg_notify($2, '') FROM d"};
+  return s;
+}
+
+std::string create_schema_sql(std::string_view table) {
+  const std::string t = quote_table(table);
+  const std::string bare = bare_table(table);
+  // Constraint (and index) names are per schema: the default table keeps the
+  // seed's names uq_mutex_lock / chk_mutex_lock... made from the table name.
+  const std::string uq = "\"uq_" + bare + "\"";
+  const std::string chk = "\"chk_" + bare + "\"";
+  return "CREATE SEQUENCE IF NOT EXISTS " + quote_parts(sequence_of(table)) + ";\n"
+         "CREATE TABLE IF NOT EXISTS " + t + " (\n"
+         "  lock_name      VARCHAR(64) NOT NULL,\n"
+         "  locked         INT NOT NULL DEFAULT 1,\n"
+         "  instance_id    VARCHAR(64) NOT NULL,\n"
+         "  last_heartbeat TIMESTAMPTZ NOT NULL,\n"
+         "  acquired_at    TIMESTAMPTZ NOT NULL,\n"
+         "  fence          BIGINT NOT NULL DEFAULT " + nextval(table) + ",\n"
+         "  CONSTRAINT " + uq + " UNIQUE (locked, lock_name),\n"
+         "  CONSTRAINT " + chk + " CHECK (locked = 1)\n"
+         ")";
+}
+
+std::string add_fence_sql(std::string_view table) {
+  return "ALTER TABLE " + quote_table(table) + " ADD COLUMN IF NOT EXISTS fence BIGINT NOT NULL DEFAULT " +
+         nextval(table);
+}
+
+}  // namespace pgmutex::postgres_detail
