@@ -169,10 +169,11 @@ class BasicMutex {
         if (outcome->reclaimed) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, outcome->holder);
         return grant(outcome->fence, sent);
       }
-      // Our own row that an earlier acquire with a lost reply did create.
-      if (unknown_acquire_pending && outcome->holder == options.instance_id) {
+      // Our own row that an earlier acquire with a lost reply did create. Its
+      // lease counts from the row's last heartbeat, not from now.
+      if (unknown_acquire_pending && is_our_new_row(outcome->holder, outcome->fence)) {
         unknown_acquire_pending = false;
-        return grant(outcome->fence, sent);
+        return grant(outcome->fence, sent - age(outcome->holder_age_s));
       }
       return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
     }
@@ -310,24 +311,36 @@ class BasicMutex {
       return std::move(r);
     }
 
-    // Called with `mutex` held.
+    // A row our lost-reply acquire created: ours, and with a fence drawn after
+    // every fence we saw before sending it. An older row of ours is a grant we
+    // already had (and lost): taking it again would hand out its fence twice.
+    bool is_our_new_row(std::string_view holder, Fence row_fence) const {
+      return holder == options.instance_id && row_fence > highest_fence_seen;
+    }
+
+    static duration age(double seconds) {
+      return std::chrono::duration_cast<duration>(std::chrono::duration<double>(seconds));
+    }
+
+    // Called with `mutex` held. `sent`: when the server last stamped the row
+    // for us, on our clock, never later than the server's view.
     Result<guard_type> grant(Fence granted, time_point sent) {
+      highest_fence_seen = std::max(highest_fence_seen, granted);
       held = true;
       lost = false;
       fence = granted;
       ++generation;
       heartbeat_failures = 0;
       stop_source.reset();
-      // The server stamped the row when it received the acquire, so the lease
-      // counts from our send time: never later than the server's view.
       last_good_send = sent;
-      schedule_heartbeat(options.heartbeat_interval);
+      schedule_heartbeat(next_heartbeat_delay(options.heartbeat_interval));
       call_acquired(metrics, options.lock_name, options.instance_id, fence);
       return guard_type(this, generation, fence);
     }
 
     // Called with `mutex` held.
     Result<guard_type> contended(std::string holder, Fence holder_fence, double age_s) {
+      if (!unknown_acquire_pending) highest_fence_seen = std::max(highest_fence_seen, holder_fence);
       call_contended(metrics, options.lock_name, options.instance_id);
       if (age_s >= std::chrono::duration<double>(options.alert_threshold).count() &&
           !(alerted_fence == holder_fence && alerted_holder == holder)) {
@@ -347,7 +360,8 @@ class BasicMutex {
         return fail(Errc::outcome_unknown, context() + ": acquire reply lost and read-back failed: " +
                                                row.error().message());
       }
-      if (*row && (*row)->instance_id == options.instance_id) return grant((*row)->fence, sent);
+      if (*row && is_our_new_row((*row)->instance_id, (*row)->fence))
+        return grant((*row)->fence, sent - age((*row)->seconds_since_heartbeat));
       if (*row) return contended((*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat);
       return guard_type(Errc::lock_held, std::nullopt);  // nothing landed, and nobody holds it: try again
     }
@@ -371,9 +385,14 @@ class BasicMutex {
         const auto backoff = retry_base * (1 << std::min(heartbeat_failures - 1, 6));
         next = std::min(next, duration(backoff));
       }
+      schedule_heartbeat(next_heartbeat_delay(next));
+    }
+
+    // The wanted delay, but never past the watchdog's deadline.
+    duration next_heartbeat_delay(duration wanted) const {
       const auto until_deadline =
           std::chrono::duration_cast<duration>(last_good_send + options.lease() - clock.now());
-      schedule_heartbeat(std::clamp(until_deadline, duration::zero(), next));
+      return std::clamp(until_deadline, duration::zero(), wanted);
     }
 
     // One heartbeat, with `mutex` held: the watchdog check, the statement, and
@@ -434,6 +453,7 @@ class BasicMutex {
     Error lost_reason;
     std::string alerted_holder;  // alert once per holder and fence
     Fence alerted_fence = -1;
+    Fence highest_fence_seen = 0;  // granted to us or seen held, before any acquire in doubt
   };
 
   std::unique_ptr<State> state_;

@@ -93,6 +93,16 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     offset_ = offset;
   }
 
+  // The row as it is, bypassing faults and counters: for a test's invariants.
+  [[nodiscard]] std::optional<LockRow> peek(LockRef lock_ref) const {
+    std::lock_guard lock(mutex_);
+    const auto table = tables_.find(lock_ref.table);
+    if (table == tables_.end()) return std::nullopt;
+    const auto row = table->second.rows.find(lock_ref.lock_name);
+    if (row == table->second.rows.end() || !row->second.present) return std::nullopt;
+    return to_row(row->first, row->second);
+  }
+
   [[nodiscard]] std::uint64_t operations() const {
     std::lock_guard lock(mutex_);
     return operations_;
