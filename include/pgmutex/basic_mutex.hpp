@@ -10,7 +10,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -434,7 +436,9 @@ class BasicMutex {
     }
 
     static std::string seconds(auto d) {
-      return std::to_string(std::chrono::duration<double>(d).count()) + "s";
+      std::array<char, 32> text{};
+      std::snprintf(text.data(), text.size(), "%.1fs", std::chrono::duration<double>(d).count());
+      return text.data();
     }
 
     static constexpr std::chrono::milliseconds retry_base{100};
