@@ -1,0 +1,87 @@
+// A lock holder in its own process, for the integration tests.
+//
+//   child hold TABLE LOCK INSTANCE        acquire (heartbeat 0.2s, stale 2s), print
+//                                         "acquired FENCE", then hold until killed
+//   child stress TABLE LOCK COUNT FILE    acquire and release COUNT times, writing
+//                                         "FENCE START_NS END_NS" per hold to FILE
+//
+// Connection info comes from the PG* environment.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "pgmutex/mutex.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int hold(const std::string& table, const std::string& lock, const std::string& instance) {
+  pgmutex::Options o;
+  o.table = table;
+  o.lock_name = lock;
+  o.instance_id = instance;
+  o.heartbeat_interval = 200ms;
+  o.alert_threshold = 1s;
+  o.stale_threshold = 2s;
+  o.poll_interval = 50ms;
+  pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
+  auto guard = mutex.acquire(10s);
+  if (!guard) {
+    std::cout << "not-acquired" << std::endl;
+    return 1;
+  }
+  std::cout << "acquired " << guard.fence() << std::endl;
+  for (;;) ::pause();
+}
+
+int stress(const std::string& table, const std::string& lock, int count, const std::string& file) {
+  pgmutex::Options o;
+  o.table = table;
+  o.lock_name = lock;
+  o.heartbeat_interval = 5s;
+  o.stale_threshold = 60s;
+  o.poll_interval = 100ms;  // LISTEN/NOTIFY wakes waiters sooner
+  pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
+  std::vector<std::string> lines;
+  lines.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    auto guard = mutex.acquire(60s);
+    if (!guard) {
+      std::cerr << "acquire " << i << " failed: timeout" << std::endl;
+      return 1;
+    }
+    const long long start = now_ns();
+    const long long end = now_ns();
+    lines.push_back(std::to_string(guard.fence()) + " " + std::to_string(start) + " " + std::to_string(end));
+    guard.release();
+  }
+  std::ofstream out(file);
+  for (const std::string& line : lines) out << line << '\n';
+  return out.good() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.size() == 4 && args[0] == "hold") return hold(args[1], args[2], args[3]);
+    if (args.size() == 5 && args[0] == "stress") return stress(args[1], args[2], std::stoi(args[3]), args[4]);
+  } catch (const std::exception& e) {
+    std::cerr << "child: " << e.what() << std::endl;
+    return 1;
+  }
+  std::cerr << "usage: child hold TABLE LOCK INSTANCE | child stress TABLE LOCK COUNT FILE" << std::endl;
+  return 2;
+}

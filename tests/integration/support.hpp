@@ -1,0 +1,84 @@
+// What every integration test needs: the server scripts/with-postgres started
+// (the tests fail, never skip, without it), fresh table names, an admin
+// connection, and child processes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <pqxx/pqxx>
+
+#include "pgmutex/mutex.hpp"
+
+namespace itest {
+
+using namespace std::chrono_literals;
+
+// The variable's value; fails the current test, naming what is missing, if unset.
+inline std::string need_env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0')
+    FAIL(std::string(name) +
+         " is not set: the integration tests need the throwaway server that scripts/with-postgres starts. "
+         "Run: scripts/with-postgres meson test -C <builddir> --suite integration");
+  return value;
+}
+
+struct Server {
+  std::string pgdata = need_env("PGMUTEX_TEST_PGDATA");
+  std::string pgbin = need_env("PGMUTEX_TEST_PGBIN");
+  std::string pgctl = need_env("PGMUTEX_TEST_PGCTL");
+  std::string socket_dir = need_env("PGHOST");
+  std::string port = need_env("PGPORT");
+  std::string user = need_env("PGUSER");
+  std::string database = need_env("PGDATABASE");
+  std::string tcp_host = need_env("PGMUTEX_TEST_TCP_HOST");
+  std::string password_role = need_env("PGMUTEX_TEST_PASSWORD_ROLE");
+  std::string password = need_env("PGMUTEX_TEST_PASSWORD");
+};
+
+inline Server server() { return Server{}; }
+
+// A table name no other test (or test process) uses.
+inline std::string fresh_table(std::string_view stem) {
+  static int counter = 0;
+  return std::string(stem) + "_" + std::to_string(::getpid()) + "_" + std::to_string(++counter);
+}
+
+// One statement on a fresh connection from the environment.
+inline pqxx::result admin(const std::string& sql) {
+  pqxx::connection c("");
+  pqxx::nontransaction tx(c);
+  return tx.exec(sql);
+}
+
+inline pgmutex::Options options(std::string table, std::string lock, std::string instance = {}) {
+  pgmutex::Options o;
+  o.table = std::move(table);
+  o.lock_name = std::move(lock);
+  o.instance_id = std::move(instance);
+  o.poll_interval = 50ms;
+  return o;
+}
+
+// The helper program's path (tests/integration/child.cpp), from meson.
+inline std::string child_program() { return need_env("PGMUTEX_TEST_CHILD"); }
+
+// Starts the child program with `args`; its stdout is read through `out_fd`.
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+Child spawn_child(const std::vector<std::string>& args);
+// Reads one line from the child's stdout, waiting at most `timeout`.
+std::string read_line(const Child& child, std::chrono::milliseconds timeout);
+// Waits for the child; returns its exit status (or 128 + signal).
+int wait_child(Child& child);
+
+}  // namespace itest
