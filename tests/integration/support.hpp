@@ -45,8 +45,10 @@ struct Server {
 
 inline Server server() { return Server{}; }
 
-// A table name no other test (or test process) uses.
+// A table name no other test (or test process) uses. Checks the server's
+// variables first, so that every test fails clearly without them.
 inline std::string fresh_table(std::string_view stem) {
+  (void)server();
   static int counter = 0;
   return std::string(stem) + "_" + std::to_string(::getpid()) + "_" + std::to_string(++counter);
 }

@@ -61,7 +61,12 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   s.table = std::string(table);
 
   // Read the row; insert only if there is none (DO NOTHING if someone beat
-  // us to it); take it over only if stale. A losing try changes no row, so it
+  // us to it); take it over only if stale. Inserters of one lock draw their
+  // fence under a transaction advisory lock: without it, an insert that drew
+  // its fence, then waited on a rival's insert which committed and was
+  // released meanwhile, would land with a fence lower than the rival's grant.
+  // Only the insert path takes it (the row was absent), so a losing try
+  // against a held lock still touches nothing. A losing try changes no row, so it
   // takes no row lock, no transaction id and writes no WAL. Under READ
   // COMMITTED the UPDATE re-checks its WHERE on the newest row version, so of
   // two reclaimers of one stale row only the first wins.
@@ -71,8 +76,10 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " last_heartbeat < now() - $3::float8 * interval '1 second' AS stale"
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
                " ins AS ("
-               " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at)"
-               " SELECT $1, 1, $2, now(), now() WHERE NOT EXISTS (SELECT 1 FROM cur)"
+               " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence)"
+               " SELECT $1, 1, $2, now(), now(), " + nextval(table) +
+               " FROM (SELECT pg_advisory_xact_lock(hashtext('" + std::string(table) + "'), hashtext($1))) AS serialized"
+               " WHERE NOT EXISTS (SELECT 1 FROM cur)"
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
                " upd AS ("
                " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
