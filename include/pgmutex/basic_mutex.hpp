@@ -19,6 +19,7 @@
 #include <stop_token>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pgmutex/backend.hpp"
 #include "pgmutex/clock.hpp"
@@ -121,14 +122,15 @@ class BasicMutex {
     State& operator=(const State&) = delete;
 
     ~State() {
-      // An outstanding guard must not outlive its mutex; if the lock is still
-      // held, stop heartbeating and release it so nobody waits out the threshold.
-      TaskId task = 0;
+      // Stop every wake-up first (cancel waits for one that is running), then,
+      // if a guard outlived its mutex, release so nobody waits out the threshold.
+      std::vector<Wakeup> pending;
       {
         std::lock_guard lock(mutex);
-        task = std::exchange(heartbeat_task, 0);
+        closing = true;
+        pending.swap(wakeups);
       }
-      if (task != 0) executor.cancel(task);
+      for (const Wakeup& w : pending) executor.cancel(w.task);
       if (held) (void)release_grant(generation);
     }
 
@@ -262,24 +264,15 @@ class BasicMutex {
     }
 
     Result<void> release_grant(std::uint64_t which) {
-      HolderKey key;
-      TaskId task = 0;
-      bool was_lost = false;
-      {
-        std::lock_guard lock(mutex);
-        if (!held || which != generation) return fail(Errc::lock_not_held, context() + " grant already ended");
-        held = false;
-        was_lost = lost;
-        lost = false;
-        ++generation;  // the guard's grant is over: its lost()/stop_token() no longer apply
-        stop_source.reset();
-        key = holder_key();
-        task = std::exchange(heartbeat_task, 0);
-      }
-      // Outside the lock: cancel() waits for a heartbeat that is running now.
-      if (task != 0) executor.cancel(task);
-
       std::lock_guard lock(mutex);
+      if (!held || which != generation) return fail(Errc::lock_not_held, context() + " grant already ended");
+      // A pending heartbeat wake-up stays: it finds nothing held and ends,
+      // and keeps acquire/release cycles free of executor work.
+      held = false;
+      const bool was_lost = std::exchange(lost, false);
+      ++generation;  // the guard's grant is over: its lost()/stop_token() no longer apply
+      stop_source.reset();
+      const HolderKey key = holder_key();
       Result<void> deleted;
       for (int attempt = 0; attempt < release_attempts; ++attempt) {
         deleted = backend.release(key);
@@ -335,7 +328,8 @@ class BasicMutex {
       heartbeat_failures = 0;
       stop_source.reset();
       last_good_send = sent;
-      schedule_heartbeat(next_heartbeat_delay(options.heartbeat_interval));
+      next_beat_at = clock.now() + next_heartbeat_delay(options.heartbeat_interval);
+      ensure_wakeup();
       call_acquired(metrics, options.lock_name, options.instance_id, fence);
       return guard_type(this, generation, fence);
     }
@@ -368,16 +362,30 @@ class BasicMutex {
       return guard_type(Errc::lock_held, std::nullopt);  // nothing landed, and nobody holds it: try again
     }
 
-    // Called with `mutex` held.
-    void schedule_heartbeat(duration delay) {
-      const std::uint64_t which = generation;
-      heartbeat_task = executor.schedule_after(delay, [this, which] { on_heartbeat_due(which); });
+    // Heartbeats run on wake-ups: executor tasks that, when due, beat if the
+    // lock is held and its beat is due. A wake-up is never cancelled while
+    // the mutex lives (cancel may wait for a running task that waits for our
+    // lock); one that is no longer needed finds nothing to do and ends.
+
+    // Called with `mutex` held: makes sure a wake-up comes by next_beat_at.
+    void ensure_wakeup() {
+      if (closing) return;
+      for (const Wakeup& w : wakeups)
+        if (w.due <= next_beat_at) return;
+      const std::uint64_t id = ++last_wakeup;
+      const auto delay = std::max(duration::zero(), std::chrono::duration_cast<duration>(next_beat_at - clock.now()));
+      wakeups.push_back(Wakeup{id, 0, next_beat_at});
+      wakeups.back().task = executor.schedule_after(delay, [this, id] { on_wakeup(id); });
     }
 
-    void on_heartbeat_due(std::uint64_t which) {
+    void on_wakeup(std::uint64_t id) {
       std::lock_guard lock(mutex);
-      if (!held || lost || which != generation) return;
-      heartbeat_task = 0;
+      std::erase_if(wakeups, [id](const Wakeup& w) { return w.id == id; });
+      if (closing || !held || lost) return;
+      if (clock.now() < next_beat_at) {
+        ensure_wakeup();  // a wake-up left from an earlier grant: come back when this one's beat is due
+        return;
+      }
       const auto beat = beat_once();
       if (lost) return;
       // Next: the regular cadence after success, a quick retry after a failure,
@@ -387,7 +395,8 @@ class BasicMutex {
         const auto backoff = retry_base * (1 << std::min(heartbeat_failures - 1, 6));
         next = std::min(next, duration(backoff));
       }
-      schedule_heartbeat(next_heartbeat_delay(next));
+      next_beat_at = clock.now() + next_heartbeat_delay(next);
+      ensure_wakeup();
     }
 
     // The wanted delay, but never past the watchdog's deadline.
@@ -451,7 +460,15 @@ class BasicMutex {
     std::uint64_t generation = 0;  // bumped per grant and per release: stale guards and tasks see a mismatch
     std::uint64_t lost_generation = 0;  // the last grant that was lost
     time_point last_good_send{};   // send time of the last heartbeat (or acquire) the server accepted
-    TaskId heartbeat_task = 0;
+    struct Wakeup {
+      std::uint64_t id;
+      TaskId task;
+      time_point due;
+    };
+    std::vector<Wakeup> wakeups;  // pending heartbeat wake-ups: one, but for a moment after a re-grant
+    std::uint64_t last_wakeup = 0;
+    time_point next_beat_at{};
+    bool closing = false;
     int heartbeat_failures = 0;
     std::optional<std::stop_source> stop_source;
     Error lost_reason;

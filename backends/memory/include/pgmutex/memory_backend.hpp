@@ -80,7 +80,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
   void heal(std::string_view connection) {
     std::lock_guard lock(mutex_);
-    partitioned_.erase(std::string(connection));
+    if (const auto it = partitioned_.find(connection); it != partitioned_.end()) partitioned_.erase(it);
   }
   // The next n operations are applied, but their replies are lost.
   void lose_replies(int n) {
@@ -136,6 +136,10 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // Returns an error to report instead of running it, or nothing.
   std::optional<Error> admit(std::string_view connection) {
     ++operations_;
+    const bool no_faults = latency_.count() == 0 && plan_.empty() && partitioned_.empty() && dropped_.empty() &&
+                           fail_next_ <= 0;
+    if (no_faults) [[likely]]
+      return std::nullopt;
     if (latency_ > std::chrono::nanoseconds::zero()) sleeper_(latency_);
     if (!plan_.empty()) {
       const Fault fault = plan_.front();
@@ -143,11 +147,13 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
       if (fault == Fault::fail) return Error(Errc::backend_unavailable, "planned failure");
       if (fault == Fault::lose_reply) ++lose_replies_;
     }
-    if (partitioned_.contains(std::string(connection)))
+    if (!partitioned_.empty() && partitioned_.contains(connection))
       return Error(Errc::backend_unavailable, "connection '" + std::string(connection) + "' is partitioned");
-    if (const auto it = dropped_.find(std::string(connection)); it != dropped_.end()) {
-      dropped_.erase(it);
-      return Error(Errc::backend_unavailable, "connection dropped");
+    if (!dropped_.empty()) {
+      if (const auto it = dropped_.find(connection); it != dropped_.end()) {
+        dropped_.erase(it);
+        return Error(Errc::backend_unavailable, "connection dropped");
+      }
     }
     if (fail_next_ > 0) {
       --fail_next_;
@@ -163,9 +169,12 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
 
   Result<Table*> table(std::string_view name) {
+    if (last_table_ != nullptr && last_table_name_ == name) return last_table_;
     const auto it = tables_.find(name);
     if (it == tables_.end())
       return fail(Errc::backend_error, "table '" + std::string(name) + "' does not exist (call create_schema)");
+    last_table_name_ = it->first;
+    last_table_ = &it->second;
     return &it->second;
   }
 
@@ -193,6 +202,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   Errc fail_with_ = Errc::backend_unavailable;
   int lose_replies_ = 0;
   std::deque<Fault> plan_;
+  std::string_view last_table_name_;  // the key of the last table looked up (map keys never move)
+  Table* last_table_ = nullptr;
   std::chrono::nanoseconds latency_{};
   std::chrono::nanoseconds offset_{};
   std::set<std::string, std::less<>> dropped_;
@@ -218,12 +229,9 @@ class MemoryBackend {
   Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
-    auto table = server_->table(request.lock.table);
-    if (!table) return tl::unexpected(table.error());
-    auto found = (*table)->rows.find(request.lock.lock_name);
-    if (found == (*table)->rows.end())
-      found = (*table)->rows.emplace(std::string(request.lock.lock_name), MemoryServer::Row{}).first;
-    MemoryServer::Row& row = found->second;
+    auto found = row_for(request.lock);
+    if (!found) return tl::unexpected(found.error());
+    MemoryServer::Row& row = *found->row;
     const auto now = server_->now();
 
     AcquireResult result;
@@ -238,8 +246,8 @@ class MemoryBackend {
         result.holder_age_s = server_->age_seconds(row);
       }
       row.present = true;
-      row.instance_id.assign(request.instance_id);
-      row.fence = ++(*table)->sequence;
+      if (row.instance_id != request.instance_id) row.instance_id.assign(request.instance_id);
+      row.fence = ++found->table->sequence;
       row.last_heartbeat = row.acquired_at = now;
       result.acquired = true;
       result.fence = row.fence;
@@ -308,13 +316,31 @@ class MemoryBackend {
  private:
   // The row this holder owns, or nullptr if it was released or granted again.
   Result<MemoryServer::Row*> find_holder_row(const HolderKey& key) {
-    auto table = server_->table(key.lock.table);
-    if (!table) return tl::unexpected(table.error());
-    const auto found = (*table)->rows.find(key.lock.lock_name);
-    if (found == (*table)->rows.end()) return nullptr;
-    MemoryServer::Row& row = found->second;
+    auto found = row_for(key.lock);
+    if (!found) return tl::unexpected(found.error());
+    MemoryServer::Row& row = *found->row;
     if (!row.present || row.fence != key.fence || row.instance_id != key.instance_id) return nullptr;
     return &row;
+  }
+
+  // The row of a lock, made (absent) if new. Rows and tables are never erased
+  // and map nodes never move, so the last one looked up is kept: a mutex asks
+  // for one lock, again and again.
+  struct Place {
+    MemoryServer::Table* table = nullptr;
+    MemoryServer::Row* row = nullptr;
+  };
+  Result<Place> row_for(LockRef lock) {
+    if (cached_.row != nullptr && cached_lock_ == lock.lock_name && cached_table_ == lock.table) return cached_;
+    auto table = server_->table(lock.table);
+    if (!table) return tl::unexpected(table.error());
+    auto found = (*table)->rows.find(lock.lock_name);
+    if (found == (*table)->rows.end())
+      found = (*table)->rows.emplace(std::string(lock.lock_name), MemoryServer::Row{}).first;
+    cached_table_.assign(lock.table);
+    cached_lock_.assign(lock.lock_name);
+    cached_ = Place{*table, &found->second};
+    return cached_;
   }
 
   template <class Change>
@@ -333,6 +359,10 @@ class MemoryBackend {
 
   std::shared_ptr<MemoryServer> server_;
   std::string connection_;
+  // Touched only with the server's mutex held.
+  std::string cached_table_;
+  std::string cached_lock_;
+  Place cached_;
 };
 
 static_assert(Backend<MemoryBackend>);

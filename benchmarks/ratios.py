@@ -1,0 +1,20 @@
+#!/usr/bin/env python3
+"""Runs a Google Benchmark program and prints the ratios of its results, all
+measured in one run: ratios.py PROGRAM NUMERATOR:DENOMINATOR [...] [-- ARGS]."""
+import json, subprocess, sys
+
+args = sys.argv[1:]
+extra = args[args.index("--") + 1:] if "--" in args else []
+args = args[:args.index("--")] if "--" in args else args
+program, pairs = args[0], args[1:]
+out = subprocess.run([program, "--benchmark_format=json", "--benchmark_repetitions=5",
+                      "--benchmark_report_aggregates_only=true", *extra],
+                     check=True, capture_output=True, text=True).stdout
+medians = {b["run_name"]: b["real_time"] for b in json.loads(out)["benchmarks"]
+           if b.get("aggregate_name") == "median"}
+unit = "ns"
+for name, t in medians.items():
+    print(f"{name:55s} {t:10.1f} {unit} (median of 5)")
+for pair in pairs:
+    num, den = pair.split(":")
+    print(f"ratio {num} / {den} = {medians[num] / medians[den]:.2f}")
