@@ -17,8 +17,8 @@ constexpr double max_seconds = 1e8;  // ~3 years: far beyond any sane threshold,
 void add_connection_options(CLI::App& command, ConnectionArgs& args) {
   command
       .add_option("--dsn", args.dsn,
-                  "libpq connection string (keyword or URI form); default: $PGMUTEX_DSN, else the "
-                  "PGHOST/PGPORT/PGUSER/PGDATABASE environment and ~/.pgpass")
+                  "libpq connection string, keyword or URI form; without it and PGMUTEX_DSN: "
+                  "the PG* environment and ~/.pgpass")
       ->envname("PGMUTEX_DSN")
       ->type_name("DSN");
   args.table = Options{}.table;
@@ -54,7 +54,7 @@ CLI::Validator seconds_validator() {
           return "'" + text + "' is out of range: give seconds from 0 to " + std::to_string(max_seconds);
         return {};
       },
-      "SECONDS", "seconds");
+      "", "seconds");
 }
 
 CLI::Validator lock_name_validator() {
@@ -63,7 +63,7 @@ CLI::Validator lock_name_validator() {
         auto valid = validate_lock_name(name, "lock name");
         return valid ? std::string() : valid.error().detail;
       },
-      "NAME", "lock name");
+      "", "lock name");
 }
 
 CLI::Validator table_name_validator() {
@@ -72,7 +72,7 @@ CLI::Validator table_name_validator() {
         auto valid = validate_table_name(table);
         return valid ? std::string() : valid.error().detail;
       },
-      "TABLE", "table name");
+      "", "table name");
 }
 
 std::chrono::nanoseconds to_duration(double seconds) {

@@ -60,11 +60,11 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
   std::vector<char*> env_pointers = as_argv(env);
 
   SpawnAttributes spawn;
-  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  // We block these signals to read them; the child must get them as usual.
-  sigset_t defaults = supervised_signals();
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigdefault(&spawn.attr, &defaults);
+  // We block the supervised signals to read them; the child starts with the
+  // mask we had before. Dispositions pass through exec untouched: a signal
+  // ignored for us (nohup's SIGHUP) stays ignored for the command, as a shell
+  // would have it.
+  short flags = POSIX_SPAWN_SETSIGMASK;
   posix_spawnattr_setsigmask(&spawn.attr, &original_signal_mask());
   if (own_group_) {
     flags |= POSIX_SPAWN_SETPGROUP;

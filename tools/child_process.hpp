@@ -17,7 +17,7 @@ struct EnvironmentOverrides {
 class ChildProcess {
  public:
   // Starts `argv` (looked up in PATH) with our environment plus `overrides`,
-  // default signal handling and an empty signal mask.
+  // the signal mask and dispositions we started with.
   //
   // own_process_group: the child leads a new process group and every signal
   // we send goes to the whole group, so a shell script's own children stop

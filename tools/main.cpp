@@ -43,18 +43,27 @@ bool has_separator(int argc, char** argv) {
   return false;
 }
 
-// The subcommand the error came from, for the "see --help" hint.
-std::string command_path(const CLI::App& app) {
-  for (const CLI::App* sub : app.get_subcommands()) return "pgmutex " + sub->get_name();
-  return "pgmutex";
+// The first word that is not a flag: the subcommand the user meant.
+std::string_view first_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] != '-') return argv[i];
+  return {};
 }
 
-int usage_error(const CLI::App& app, const CLI::ParseError& error, bool separator) {
+int usage_error(CLI::App& app, const CLI::ParseError& error, int argc, char** argv, bool separator) {
   std::string message = error.what();
-  const CLI::App* run = app.get_subcommand("run");
-  if (run->parsed() && !separator && error.get_name() == "ExtrasError")
-    message = "run: missing '--' before the command (" + message + ")";
-  std::fprintf(stderr, "pgmutex: %s\nRun '%s --help' for usage.\n", message.c_str(), command_path(app).c_str());
+  const std::string word(first_word(argc, argv));
+  const bool known =
+      !word.empty() && !app.get_subcommands([&](CLI::App* sub) { return sub->check_name(word); }).empty();
+  std::string help = "pgmutex --help";
+  if (known) {
+    help = "pgmutex " + word + " --help";
+    if (word == "run" && !separator && dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr)
+      message = "run: missing '--' before the command (" + message + ")";
+  } else if (!word.empty()) {
+    message = "unknown subcommand '" + word + "': expected run, status, release or schema";
+  }
+  std::fprintf(stderr, "pgmutex: %s\nRun '%s' for usage.\n", message.c_str(), help.c_str());
   return exit_code::usage;
 }
 
@@ -83,7 +92,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);  // --help, --version
-    return usage_error(app, error, separator);
+    return usage_error(app, error, argc, argv, separator);
   }
 
   try {

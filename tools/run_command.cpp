@@ -168,7 +168,7 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->type_name("S")
       ->check(seconds_validator());
   add_connection_options(*run, args->connection);
-  run->add_option("command", args->command, "the command to run, after '--'")->type_name("COMMAND [ARGS...]");
+  run->add_option("COMMAND", args->command, "the command and its arguments, after --")->type_name("");
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
 to what you protect) and PGMUTEX_INSTANCE in its environment. SIGINT, SIGTERM and
 SIGHUP are forwarded to it. pgmutex exits with its exit code (128+N if signal N

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <optional>
 #include <system_error>
 
 namespace pgmutex::cli {
@@ -12,10 +11,12 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
+constexpr steady::time_point no_deadline = steady::time_point::max();
+
 // poll()'s timeout for a deadline: -1 without one, rounded up so we never wake early.
-int poll_timeout_ms(const std::optional<steady::time_point>& deadline) {
-  if (!deadline) return -1;
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - steady::now());
+int poll_timeout_ms(steady::time_point deadline) {
+  if (deadline == no_deadline) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now());
   return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1'000'000));
 }
 
@@ -30,16 +31,16 @@ bool child_already_got(const ChildProcess& child, const signalfd_siginfo& info) 
 SupervisionResult supervise(ChildProcess& child, SignalReader& signals, const Wakeup& lost,
                             std::chrono::nanoseconds grace, const std::function<void()>& on_lost) {
   SupervisionResult result;
-  std::optional<steady::time_point> kill_deadline;
+  steady::time_point kill_deadline = no_deadline;
   for (;;) {
     if (auto code = child.try_reap()) {
       result.exit_code = *code;
       return result;
     }
-    if (kill_deadline && steady::now() >= *kill_deadline) {
+    if (kill_deadline != no_deadline && steady::now() >= kill_deadline) {
       child.signal(SIGKILL);
       result.killed_after_grace = true;
-      kill_deadline.reset();  // now only its exit is awaited
+      kill_deadline = no_deadline;  // now only its exit is awaited
     }
 
     pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost.fd(), POLLIN, 0}};

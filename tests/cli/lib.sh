@@ -39,7 +39,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# pg CMD...: pgmutex with this test's table.  (Options after the subcommand.)
+# pgm SUBCOMMAND ARGS...: pgmutex with this test's table. In the foreground
+# only: in the background, $! would be a subshell, not pgmutex; start
+# background runs as "$PGMUTEX" run --table "$TABLE" ... &
 pgm() {
   local sub=$1
   shift
@@ -88,21 +90,22 @@ wait_for_file() {
   done
 }
 
-# wait_exit PID SECONDS: the exit code of a background PID, or 255 after SECONDS (then it is killed).
+# wait_exit PID SECONDS: sets EXIT to the exit code of background PID, or to
+# 255 after SECONDS (then PID is killed). Not in $(...): only this shell can wait.
 wait_exit() {
   local pid=$1 limit=$2 waited=0
-  while kill -0 "$pid" 2>/dev/null; do
+  while kill -0 "$pid" 2>/dev/null && [[ $(ps -o stat= -p "$pid") != Z* ]]; do
     sleep 0.05
     waited=$((waited + 1))
     if ((waited > limit * 20)); then
       kill -KILL "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null
-      echo 255
+      EXIT=255
       return
     fi
   done
   wait "$pid"
-  echo $?
+  EXIT=$?
 }
 
 now_ms() { date +%s%3N; }

@@ -21,8 +21,8 @@ usage "threshold inf" "'inf' is not a number" status --alert-threshold inf
 usage "negative grace" "--grace" run --lock job --grace=-1 -- true
 usage "timeout not a number" "--timeout" run --lock job --wait --timeout soon -- true
 usage "--timeout without --wait" "--wait" run --lock job --timeout 5 -- true
-usage "thresholds out of order" "--alert-threshold (10s) must be < --stale-threshold (5s)" \
-  run --lock job --alert-threshold 10 --stale-threshold 5 -- true
+usage "thresholds out of order" "--alert-threshold (20s) must be < --stale-threshold (5s)" \
+  run --lock job --alert-threshold 20 --stale-threshold 5 -- true
 usage "heartbeat not below alert" "--heartbeat-interval (40s) must be < --alert-threshold (30s)" \
   run --lock job --heartbeat-interval 40 -- true
 usage "zero heartbeat" "--heartbeat-interval must be > 0" run --lock job --heartbeat-interval 0 -- true
@@ -40,6 +40,7 @@ usage "release without a name" "name" release --force
 usage "no subcommand" "subcommand" 
 usage "unknown subcommand" "frobnicate" frobnicate
 
+expect 0 "schema" "$PGMUTEX" schema --table "$TABLE"
 # 64 characters is the limit, counted as Postgres counts them (code points).
 name64=$(printf 'é%.0s' {1..64})
 expect 0 "64 two-byte characters are a valid lock name" "$PGMUTEX" status --table "$TABLE" "$name64"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Where pgmutex connects (--dsn, PGMUTEX_DSN, PG*), an unreachable server (69),
+# and that no output ever shows a password.
+source "$(dirname "$0")/lib.sh" "$@"
+
+: "${PGMUTEX_TEST_PASSWORD_ROLE:?run under scripts/with-postgres (it makes a password role)}"
+: "${PGMUTEX_TEST_PASSWORD:?run under scripts/with-postgres}"
+: "${PGMUTEX_TEST_TCP_HOST:?run under scripts/with-postgres}"
+secret=$PGMUTEX_TEST_PASSWORD
+role=$PGMUTEX_TEST_PASSWORD_ROLE
+tcp=$PGMUTEX_TEST_TCP_HOST
+all_output="$WORK/all-output"
+: >"$all_output"
+keep() { cat "$OUT" "$ERR" >>"$all_output"; }
+
+# --- a DSN with a password, keyword and URI form ------------------------------
+kw_dsn="host=$tcp port=$PGPORT dbname=$PGDATABASE user=$role password=$secret connect_timeout=5"
+uri_dsn="postgresql://$role:$secret@$tcp:$PGPORT/$PGDATABASE"
+expect 0 "schema with a password DSN" pgm schema --dsn "$kw_dsn"; keep
+expect 0 "run with a password DSN" pgm run --lock pw --dsn "$kw_dsn" -- echo ran-with-password; keep
+contains "$OUT" "ran-with-password" "the command ran"
+expect 0 "status with a password URI" pgm status --dsn "$uri_dsn"; keep
+expect 0 "status --json with a password URI" pgm status --json --dsn "$uri_dsn"; keep
+
+"$PGMUTEX" run --table "$TABLE" --lock pw-held --dsn "$uri_dsn" -- sleep 3 >/dev/null 2>&1 &
+background_pids+=($!)
+sleep 1
+expect 75 "taken, with a password URI" pgm run --lock pw-held --dsn "$uri_dsn" -- true; keep
+expect 0 "release --force with a password URI" pgm release --force pw-held --dsn "$uri_dsn"; keep
+
+# --- wrong password and unreachable servers: 69 --------------------------------
+wrong="wrong-$secret"
+expect 69 "wrong password: 69" pgm status --dsn "host=$tcp port=$PGPORT dbname=$PGDATABASE user=$role password=$wrong"; keep
+contains "$ERR" "cannot connect to Postgres" "says it cannot connect"
+contains "$ERR" "********" "shows the DSN with the password masked"
+unreachable_kw="host=127.0.0.1 port=1 user=$role password=$secret connect_timeout=2"
+unreachable_uri="postgresql://$role:$secret@127.0.0.1:1/db?connect_timeout=2"
+for sub in "run --lock x" "status" "release --force x" "schema"; do
+  # shellcheck disable=SC2086
+  if [[ $sub == run* ]]; then
+    expect 69 "$sub: unreachable server, keyword DSN" pgm $sub --dsn "$unreachable_kw" -- true; keep
+    expect 69 "$sub: unreachable server, URI DSN" pgm $sub --dsn "$unreachable_uri" -- true; keep
+  else
+    expect 69 "$sub: unreachable server, keyword DSN" pgm $sub --dsn "$unreachable_kw"; keep
+    expect 69 "$sub: unreachable server, URI DSN" pgm $sub --dsn "$unreachable_uri"; keep
+  fi
+done
+contains "$ERR" "cannot connect" "unreachable: the message says so"
+
+# --- where the connection comes from -------------------------------------------
+PGMUTEX_DSN="$unreachable_kw" expect 69 "PGMUTEX_DSN is used" pgm status; keep
+PGMUTEX_DSN="$unreachable_kw" expect 0 "--dsn wins over PGMUTEX_DSN" pgm status --dsn "$kw_dsn"; keep
+PGMUTEX_DSN="$kw_dsn" expect 0 "PGMUTEX_DSN with a password" pgm status; keep
+expect 0 "no DSN at all: the PG* environment" pgm status
+PGPORT=1 expect 69 "no DSN: PGPORT is honoured" pgm status; keep
+PGHOST=$tcp PGUSER=$role PGPASSWORD=$wrong expect 69 "PGPASSWORD, wrong" pgm status; keep
+
+# --- never a password ------------------------------------------------------------
+lacks "$all_output" "$secret" "no output showed the password"
+[[ -s "$all_output" ]] && pass "there was output to check" || fail "no output was collected"
+
+finish

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# pgmutex run: contention, waiting, exit codes, the child's environment.
+source "$(dirname "$0")/lib.sh" "$@"
+
+expect 0 "schema creates the table" pgm schema
+contains "$OUT" "$TABLE" "schema names the table"
+expect 0 "schema again (idempotent)" pgm schema
+
+# --- exit codes pass through ---------------------------------------------
+expect 0 "command exit 0" pgm run --lock codes -- true
+expect 3 "command exit 3 passes through" pgm run --lock codes -- sh -c 'exit 3'
+expect 127 "command not found: 127" pgm run --lock codes -- /nonexistent/command
+contains "$ERR" "/nonexistent/command: command not found" "not found is named"
+expect 127 "command not in PATH: 127" pgm run --lock codes -- no-such-command-pgmutex
+printf 'echo hi\n' >"$WORK/not-executable"
+expect 126 "command not executable: 126" pgm run --lock codes -- "$WORK/not-executable"
+contains "$ERR" "cannot execute" "not executable is named"
+expect 0 "the lock is free after a failed spawn" pgm status codes
+contains "$OUT" "is not held" "status after failed spawn"
+expect 137 "killed by SIGKILL: 128+9" pgm run --lock codes -- sh -c 'kill -KILL $$'
+expect 0 "the lock is free after the command ended" pgm status codes
+contains "$OUT" "is not held" "released when the command ends"
+expect 0 "stdout of the command passes through" pgm run --lock codes -- echo hello-from-child
+contains "$OUT" "hello-from-child" "child stdout"
+
+# --- the child's environment ---------------------------------------------
+env_dump() { pgm run --lock env-lock -- sh -c 'echo "$PGMUTEX_LOCK|$PGMUTEX_FENCE|$PGMUTEX_INSTANCE|$KEEP_ME"'; }
+PGMUTEX_FENCE=stale-value KEEP_ME=kept env_dump >"$OUT" 2>"$ERR"
+IFS='|' read -r lock fence instance kept <"$OUT"
+equal "$lock" "env-lock" "PGMUTEX_LOCK is the lock name"
+[[ "$fence" =~ ^[0-9]+$ ]] && pass "PGMUTEX_FENCE is a number ($fence)" || fail "PGMUTEX_FENCE '$fence' is not a number"
+[[ -n "$instance" && "$instance" == "$(hostname)"* ]] && pass "PGMUTEX_INSTANCE names this host ($instance)" ||
+  fail "PGMUTEX_INSTANCE '$instance'"
+equal "$kept" "kept" "the rest of the environment is passed on"
+KEEP_ME=kept env_dump >"$OUT" 2>"$ERR"
+IFS='|' read -r _ fence2 instance2 _ <"$OUT"
+((fence2 > fence)) && pass "the fence grows between grants ($fence < $fence2)" || fail "fence $fence then $fence2"
+[[ "$instance2" != "$instance" ]] && pass "each run is its own instance" || fail "instance reused: $instance2"
+
+# --- two runs on one lock: the second exits 75 at once -------------------
+"$PGMUTEX" run --table "$TABLE" --lock busy -- sh -c 'echo "$PGMUTEX_INSTANCE" >"$0.tmp" && mv "$0.tmp" "$0"; sleep 4; touch "$0.done"' "$WORK/holder" \
+  >/dev/null 2>"$WORK/holder.err" &
+holder=$!
+background_pids+=("$holder")
+wait_for_file "$WORK/holder"
+holder_instance=$(cat "$WORK/holder")
+start=$(now_ms)
+expect 75 "second run exits 75 while the lock is held" pgm run --lock busy -- touch "$WORK/second-ran"
+elapsed=$(($(now_ms) - start))
+((elapsed < 3000)) && pass "it does not wait (${elapsed} ms)" || fail "exit 75 took ${elapsed} ms"
+[[ ! -e "$WORK/second-ran" ]] && pass "the second command did not run" || fail "the second command ran"
+equal "$(line_count "$ERR")" "1" "one line on stderr"
+contains "$ERR" "lock 'busy' is held by $holder_instance" "the line names the holder"
+matches "$ERR" "last heartbeat [0-9]+\.[0-9] s ago" "the line gives seconds since heartbeat"
+
+# --wait --timeout: gives up with 75 after the timeout.
+start=$(now_ms)
+expect 75 "--wait --timeout 1 while held: 75" pgm run --lock busy --wait --timeout 1 -- touch "$WORK/second-ran"
+elapsed=$(($(now_ms) - start))
+((elapsed >= 900 && elapsed < 3500)) && pass "gave up after ~1 s (${elapsed} ms)" || fail "timeout took ${elapsed} ms"
+contains "$ERR" "still held after waiting 1.0 s by $holder_instance" "timeout line names the holder"
+[[ ! -e "$WORK/second-ran" ]] && pass "the command did not run after the timeout" || fail "command ran after timeout"
+
+# --wait: runs once the holder is done, and only then.
+expect 0 "--wait runs after the holder ends" \
+  pgm run --lock busy --wait -- sh -c '[ -e "$0" ] && echo after || echo overlap' "$WORK/holder.done"
+equal "$(cat "$OUT")" "after" "the waiter ran only after the holder exited"
+wait_exit "$holder" 10; equal "$EXIT" "0" "the holder exited 0"
+
+# --- mutual exclusion under contention -----------------------------------
+# Four waiters, each appending start/end marks: no two holds may interleave.
+for i in 1 2 3 4; do
+  "$PGMUTEX" run --table "$TABLE" --lock crowd --wait --timeout 30 -- sh -c 'echo "start $0" >>"$1"; sleep 0.3; echo "end $0" >>"$1"' \
+    "$i" "$WORK/crowd.log" >/dev/null 2>&1 &
+  background_pids+=($!)
+done
+crowd_ok=1
+for pid in "${background_pids[@]: -4}"; do
+  wait_exit "$pid" 30; [[ $EXIT -eq 0 ]] || crowd_ok=0
+done
+equal "$crowd_ok" "1" "four waiters all ran"
+awk '$1=="start"{if(open!="")bad=1; open=$2} $1=="end"{if(open!=$2)bad=1; open=""} END{exit bad}' "$WORK/crowd.log" &&
+  pass "no two holds overlapped" || fail "holds overlapped: $(cat "$WORK/crowd.log")"
+equal "$(grep -c start "$WORK/crowd.log")" "4" "four holds recorded"
+
+finish

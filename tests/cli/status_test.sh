@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# pgmutex status, as text and as JSON: states ok, alert and stale.
+source "$(dirname "$0")/lib.sh" "$@"
+
+expect 0 "schema" pgm schema
+expect 0 "status with no locks" pgm status
+contains "$OUT" "no locks held in table $TABLE" "text says nothing is held"
+expect 0 "status --json with no locks" pgm status --json
+equal "$(jq -c '.locks' "$OUT")" "[]" "json: empty list"
+equal "$(jq -r '.table' "$OUT")" "$TABLE" "json: the table"
+equal "$(jq -r '.alert_threshold, .stale_threshold' "$OUT" | tr '\n' ' ')" "30 600 " "json: default thresholds"
+expect 0 "status of a free lock" pgm status free-lock
+contains "$OUT" "lock 'free-lock' is not held" "text: free lock"
+
+# Two holders: one alive (heartbeating every 0.2 s), one that will be killed.
+start_holder() {  # LOCK: writes "instance fence pid" to $WORK/LOCK
+  "$PGMUTEX" run --table "$TABLE" --lock "$1" --heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 60 -- \
+    sh -c 'echo "$PGMUTEX_INSTANCE $PGMUTEX_FENCE $$" >"$0.tmp" && mv "$0.tmp" "$0"; sleep 30' "$WORK/$1" \
+    >/dev/null 2>&1 &
+  background_pids+=($!)
+  wait_for_file "$WORK/$1"
+}
+start_holder alive
+alive_pgmutex=${background_pids[-1]}
+start_holder doomed
+doomed_pgmutex=${background_pids[-1]}
+read -r alive_instance alive_fence _ <"$WORK/alive"
+read -r doomed_instance doomed_fence doomed_shell <"$WORK/doomed"
+
+expect 0 "status, all ok" pgm status
+equal "$(line_count "$OUT")" "3" "a header and two locks"
+matches "$OUT" "^LOCK +INSTANCE +FENCE +ACQUIRED_AT +HEARTBEAT_AGE +STATE$" "text header"
+matches "$OUT" "^alive +$alive_instance +$alive_fence +[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +[0-9]+\.[0-9]s +ok$" "text row: alive"
+matches "$OUT" "^doomed +$doomed_instance +$doomed_fence .* ok$" "text row: doomed"
+
+expect 0 "status --json, all ok" pgm status --json
+equal "$(jq '.locks | length' "$OUT")" "2" "json: two locks"
+equal "$(jq -r '.locks[] | select(.lock=="alive") | "\(.instance) \(.fence) \(.state)"' "$OUT")" \
+  "$alive_instance $alive_fence ok" "json: instance, fence, state"
+jq -e '.locks[0].acquired_at | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$")' "$OUT" >/dev/null &&
+  pass "json: acquired_at is ISO 8601 UTC" || fail "json acquired_at: $(jq -r '.locks[0].acquired_at' "$OUT")"
+jq -e '.locks[0].seconds_since_heartbeat | type == "number" and . >= 0 and . < 5' "$OUT" >/dev/null &&
+  pass "json: seconds_since_heartbeat is a small number" || fail "json seconds: $(cat "$OUT")"
+
+# The doomed holder dies without a word: its heartbeats stop.
+kill -KILL "$doomed_pgmutex"
+kill -KILL -- "-$doomed_shell" 2>/dev/null
+sleep 1.5
+expect 0 "status: alert" pgm status --alert-threshold 1 --stale-threshold 60
+matches "$OUT" "^doomed .* alert$" "text: the dead holder is alert"
+matches "$OUT" "^alive .* ok$" "text: the live holder is still ok"
+expect 0 "status --json: alert" pgm status doomed --json --alert-threshold 1 --stale-threshold 60
+equal "$(jq -r '.locks[0].state' "$OUT")" "alert" "json: alert"
+jq -e '.locks[0].seconds_since_heartbeat >= 1' "$OUT" >/dev/null && pass "json: age past the alert threshold" ||
+  fail "json age: $(cat "$OUT")"
+expect 0 "status: stale" pgm status doomed --alert-threshold 0.5 --stale-threshold 1
+matches "$OUT" "^doomed .* stale$" "text: stale"
+expect 0 "status --json: stale" pgm status --json --alert-threshold 0.5 --stale-threshold 1
+equal "$(jq -r '.locks[] | select(.lock=="doomed") | .state' "$OUT")" "stale" "json: stale"
+equal "$(jq -r '.alert_threshold, .stale_threshold' "$OUT" | tr '\n' ' ')" "0.5 1 " "json: the thresholds used"
+
+kill -TERM "$alive_pgmutex"
+wait_exit "$alive_pgmutex" 10
+expect 0 "status after the live holder ended" pgm status alive --json
+equal "$(jq -c '.locks' "$OUT")" "[]" "json: the ended holder is gone"
+
+finish
