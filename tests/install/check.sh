@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# check.sh BUILD_DIR SOURCE_DIR: installs the build into a scratch DESTDIR, then
+# builds and runs a small consumer through find_package(pgmutex) and through
+# pkg-config, as a user of the installed library would.
+set -euo pipefail
+build=$1 source=$2
+scratch=$(mktemp -d)
+[ -n "${KEEP_SCRATCH:-}" ] || trap 'rm -rf "$scratch"' EXIT
+DESTDIR="$scratch/root" meson install -C "$build" --quiet --no-rebuild >/dev/null
+prefix=$(meson introspect "$build" --buildoptions | python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')
+libdir=$(meson introspect "$build" --buildoptions | python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="libdir"))')
+root="$scratch/root$prefix"
+export LD_LIBRARY_PATH="$root/$libdir"
+
+cmake -S "$source" -B "$scratch/cmake" -DCMAKE_PREFIX_PATH="$root" >/dev/null
+cmake --build "$scratch/cmake" >/dev/null
+"$scratch/cmake/consumer"
+echo "find_package(pgmutex): consumer built and ran"
+
+export PKG_CONFIG_PATH="$root/$libdir/pkgconfig"
+flags=$(pkg-config --define-variable=prefix="$root" --cflags --libs pgmutex)
+c++ -std=c++20 "$source/consumer.cpp" $flags -o "$scratch/pkg-consumer"
+"$scratch/pkg-consumer"
+echo "pkg-config pgmutex: consumer built and ran"
