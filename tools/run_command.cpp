@@ -63,10 +63,10 @@ void check_usage(const RunArgs& args) {
 }
 
 // The one line a contender prints: who holds the lock and how late they are.
-[[noreturn]] void exit_taken(const RunArgs& args, const Guard& empty, bool timed_out) {
+[[noreturn]] void exit_taken(const RunArgs& args, const std::optional<HolderInfo>& holder, bool timed_out) {
   std::string line = "lock '" + args.lock + "' is ";
   line += timed_out ? "still held after waiting " + seconds_text(args.timeout_s) + " by " : "held by ";
-  if (const auto& holder = empty.holder()) {
+  if (holder) {
     line += holder->instance_id + " (fence " + std::to_string(holder->fence) + "), last heartbeat " +
             seconds_text(holder->seconds_since_heartbeat) + " ago";
     if (holder->seconds_since_heartbeat >= args.thresholds.alert_s)
@@ -82,6 +82,15 @@ void check_usage(const RunArgs& args) {
   throw Exit(exit_code::signal_base + signo, std::string("interrupted by SIG") + signal_name(signo) + " " + when);
 }
 
+// Who holds the lock. An acquire that lost a race with a concurrent insert may
+// not have seen the winner's row (its snapshot predates it): read it now.
+std::optional<HolderInfo> holder_of(RunMutex& mutex, const Guard& empty) {
+  if (empty.holder() && !empty.holder()->instance_id.empty()) return empty.holder();
+  auto row = mutex.inspect(nothrow);
+  if (!row || !*row) return std::nullopt;
+  return HolderInfo{(*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat};
+}
+
 Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts) {
   interrupts.start_waiting();
   auto guard = args.wait ? mutex.acquire(nothrow,
@@ -94,7 +103,7 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
   if (!guard) exit_with(guard.error(), "run: lock '" + args.lock + "'");
   if (const int signo = interrupts.interrupted_by(); signo != 0)
     exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + args.lock + "'");
-  if (!*guard) exit_taken(args, *guard, guard->why() == Errc::timeout);
+  if (!*guard) exit_taken(args, holder_of(mutex, *guard), guard->why() == Errc::timeout);
   return std::move(*guard);
 }
 

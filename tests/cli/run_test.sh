@@ -67,6 +67,25 @@ expect 0 "--wait runs after the holder ends" \
 equal "$(cat "$OUT")" "after" "the waiter ran only after the holder exited"
 wait_exit "$holder" 10; equal "$EXIT" "0" "the holder exited 0"
 
+# --- several start at once: one runs, every other names that one -----------
+for round in 1 2 3; do
+  racers=()
+  for i in 1 2 3 4; do
+    "$PGMUTEX" run --table "$TABLE" --lock race-$round -- sh -c 'echo "$PGMUTEX_INSTANCE" >"$0"; sleep 1' \
+      "$WORK/race-$round.$i" >/dev/null 2>"$WORK/race-$round.$i.err" &
+    racers+=($!)
+  done
+  codes=""
+  for i in 1 2 3 4; do
+    wait_exit "${racers[$((i - 1))]}" 10
+    codes+="$EXIT "
+  done
+  equal "$(tr ' ' '\n' <<<"$codes" | sort | tr '\n' ' ')" " 0 75 75 75 " "round $round: one of four ran, three exited 75"
+  winner_instance=$(cat "$WORK"/race-$round.? 2>/dev/null)
+  named=$(grep -lF "is held by $winner_instance (fence" "$WORK"/race-$round.?.err | wc -l)
+  equal "$named" "3" "round $round: each loser named the winner ($winner_instance)"
+done
+
 # --- mutual exclusion under contention -----------------------------------
 # Four waiters, each appending start/end marks: no two holds may interleave.
 for i in 1 2 3 4; do
