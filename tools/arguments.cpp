@@ -51,7 +51,8 @@ CLI::Validator seconds_validator() {
         if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value))
           return "'" + text + "' is not a number of seconds";
         if (value < 0 || value > max_seconds)
-          return "'" + text + "' is out of range: give seconds from 0 to " + std::to_string(max_seconds);
+          return "'" + text + "' is out of range: give seconds from 0 to " +
+                 std::to_string(static_cast<long long>(max_seconds));
         return {};
       },
       "", "seconds");

@@ -19,12 +19,15 @@ int exit_code_for(const Error& error) noexcept {
   return exit_code::software;
 }
 
-void exit_with(const Error& error, const std::string& what) {
-  std::string message = what + ": " + error.message();
+void exit_with(const Error& error, const std::string& what, const std::string& table) {
   // The commonest first-run mistake: the table was never created.
-  if (error == Errc::backend_error && error.detail.find("does not exist") != std::string::npos)
-    message += " (create the table with 'pgmutex schema')";
-  throw Exit(exit_code_for(error), message);
+  if (error.detail.find("SQLSTATE 42P01") != std::string::npos)
+    throw Exit(exit_code::software, what + ": the lock table " + table +
+                                        " does not exist: create it with 'pgmutex schema --table " + table + "'");
+  // Postgres appends the statement and a caret on further lines: noise here.
+  std::string message = error.message();
+  if (const auto end = message.find('\n'); end != std::string::npos) message.resize(end);
+  throw Exit(exit_code_for(error), what + ": " + message);
 }
 
 }  // namespace pgmutex::cli

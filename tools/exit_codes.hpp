@@ -34,8 +34,9 @@ class Exit : public std::runtime_error {
 // The exit code that a library error calls for.
 [[nodiscard]] int exit_code_for(const Error& error) noexcept;
 
-// Throws Exit with the error's code and a message: `what` (e.g. "status") and
-// the library's message, plus a hint where one helps.
-[[noreturn]] void exit_with(const Error& error, const std::string& what);
+// Throws Exit with the error's code and a one-line message: `what` (e.g.
+// "status") and the library's message, or a plain hint when `table` does not
+// exist.
+[[noreturn]] void exit_with(const Error& error, const std::string& what, const std::string& table);
 
 }  // namespace pgmutex::cli

@@ -100,7 +100,7 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
                                          interrupts.stop_token())
                          : mutex.try_acquire(nothrow);
   interrupts.finish();
-  if (!guard) exit_with(guard.error(), "run: lock '" + args.lock + "'");
+  if (!guard) exit_with(guard.error(), "run", args.connection.table);
   if (const int signo = interrupts.interrupted_by(); signo != 0)
     exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + args.lock + "'");
   if (!*guard) exit_taken(args, holder_of(mutex, *guard), guard->why() == Errc::timeout);
@@ -117,7 +117,7 @@ int execute(RunArgs& args) {
 
   auto created = RunMutex::create(connect_backend(args.connection), lock_options(args), SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
-  if (!created) exit_with(created.error(), "run");
+  if (!created) exit_with(created.error(), "run", args.connection.table);
   RunMutex& mutex = *created;
   Guard guard = take_lock(mutex, args, interrupts);
 

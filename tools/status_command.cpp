@@ -27,11 +27,11 @@ int execute(const StatusArgs& args) {
   if (!args.lock.empty()) {
     report.lock = args.lock;
     auto row = backend.inspect(LockRef{args.connection.table, args.lock});
-    if (!row) exit_with(row.error(), "status: lock '" + args.lock + "'");
+    if (!row) exit_with(row.error(), "status", args.connection.table);
     if (*row) report.rows.push_back(std::move(**row));
   } else {
     auto rows = backend.list(args.connection.table);
-    if (!rows) exit_with(rows.error(), "status: table " + args.connection.table);
+    if (!rows) exit_with(rows.error(), "status", args.connection.table);
     report.rows = std::move(*rows);
   }
 
