@@ -51,8 +51,10 @@ class TimerThread {
         continue;
       }
       const auto first = queue_.begin();
-      if (first->first.due > std::chrono::steady_clock::now()) {
-        wake_.wait_until(lock, first->first.due);
+      // A copy: cancel() may erase this entry while we wait.
+      const auto due = first->first.due;
+      if (due > std::chrono::steady_clock::now()) {
+        wake_.wait_until(lock, due);
         continue;
       }
       Task task = std::move(first->second);
