@@ -1,5 +1,7 @@
 #include "connection.hpp"
 
+#include <string>
+
 #include "exit_codes.hpp"
 
 namespace pgmutex::cli {
@@ -9,14 +11,14 @@ PostgresBackend connect_backend(const ConnectionArgs& args) {
   if (auto connected = backend.connect(); !connected) {
     const Error& error = connected.error();
     const int code = error == Errc::invalid_argument ? exit_code::usage : exit_code::unavailable;
-    throw Exit(code, "cannot connect to Postgres (" + describe_target(backend, args) + "): " + error.message());
+    const std::string source = args.dsn.empty() ? " (no --dsn or PGMUTEX_DSN: libpq's PG* environment)" : "";
+    // libpq's hints come on further lines: keep the report on one line.
+    std::string message = error.message();
+    for (char& c : message)
+      if (c == '\n' || c == '\t') c = ' ';
+    throw Exit(code, "cannot connect to Postgres" + source + ": " + message);
   }
   return backend;
-}
-
-std::string describe_target(const PostgresBackend& backend, const ConnectionArgs& args) {
-  if (args.dsn.empty()) return "DSN from the PG* environment";
-  return "dsn '" + backend.redacted_dsn() + "'";
 }
 
 }  // namespace pgmutex::cli
