@@ -87,7 +87,12 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " WHERE locked = 1 AND lock_name = $1 AND last_heartbeat < now() - $3::float8 * interval '1 second'"
                " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) RETURNING fence)"
                " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age"
-               " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true"};
+               " FROM (VALUES (1)) AS one(x)"
+               // A grant must survive a server crash even on a (pooled) session
+               // that turned synchronous_commit off: raise it for this statement only.
+               " CROSS JOIN (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
+               " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true)) AS durable"
+               " LEFT JOIN cur AS c ON true"};
 
   // synchronous_commit is read at commit: set_config(..., true) inside the
   // statement makes this one implicit transaction skip the WAL flush wait.
@@ -125,10 +130,10 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
 std::string create_schema_sql(std::string_view table) {
   const std::string t = quote_table(table);
   const std::string bare = bare_table(table);
-  // Constraint (and index) names are per schema: the default table keeps the
-  // seed's names uq_mutex_lock / chk_mutex_lock... made from the table name.
+  // A UNIQUE constraint's index name is per schema, so it is made from the
+  // table name (the default table keeps the seed's uq_mutex_lock).
   const std::string uq = "\"uq_" + bare + "\"";
-  const std::string chk = "\"chk_" + bare + "\"";
+  const std::string chk = "\"chk_locked\"";  // CHECK names are per table: the seed's name fits every table
   return "CREATE SEQUENCE IF NOT EXISTS " + quote_parts(sequence_of(table)) + ";\n"
          "CREATE TABLE IF NOT EXISTS " + t + " (\n"
          "  lock_name      VARCHAR(64) NOT NULL,\n"
