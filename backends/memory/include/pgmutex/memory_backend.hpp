@@ -280,13 +280,7 @@ class MemoryBackend {
   }
 
   Result<std::optional<LockRow>> inspect(LockRef lock_ref) noexcept {
-    std::lock_guard lock(server_->mutex_);
-    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
-    auto table = server_->table(lock_ref.table);
-    if (!table) return tl::unexpected(table.error());
-    const auto found = (*table)->rows.find(lock_ref.lock_name);
-    if (found == (*table)->rows.end() || !found->second.present) return std::optional<LockRow>{};
-    return std::optional<LockRow>{server_->to_row(found->first, found->second)};
+    return on_present_row(lock_ref, [](MemoryServer::Row&) {});
   }
 
   Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
@@ -302,15 +296,7 @@ class MemoryBackend {
   }
 
   Result<std::optional<LockRow>> force_release(LockRef lock_ref) noexcept {
-    std::lock_guard lock(server_->mutex_);
-    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
-    auto table = server_->table(lock_ref.table);
-    if (!table) return tl::unexpected(table.error());
-    const auto found = (*table)->rows.find(lock_ref.lock_name);
-    if (found == (*table)->rows.end() || !found->second.present) return std::optional<LockRow>{};
-    auto removed = server_->to_row(found->first, found->second);
-    found->second.present = false;
-    return std::optional<LockRow>{std::move(removed)};
+    return on_present_row(lock_ref, [](MemoryServer::Row& row) { row.present = false; });
   }
 
  private:
@@ -341,6 +327,20 @@ class MemoryBackend {
     cached_lock_.assign(lock.lock_name);
     cached_ = Place{*table, &found->second};
     return cached_;
+  }
+
+  // The lock's row as it was before `change`, if anyone holds it.
+  template <class Change>
+  Result<std::optional<LockRow>> on_present_row(LockRef lock_ref, Change change) noexcept {
+    std::lock_guard lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto table = server_->table(lock_ref.table);
+    if (!table) return tl::unexpected(table.error());
+    const auto found = (*table)->rows.find(lock_ref.lock_name);
+    if (found == (*table)->rows.end() || !found->second.present) return std::optional<LockRow>{};
+    auto before = server_->to_row(found->first, found->second);
+    change(found->second);
+    return std::optional<LockRow>{std::move(before)};
   }
 
   template <class Change>
