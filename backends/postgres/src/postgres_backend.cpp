@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include <libpq-fe.h>
 #include <pqxx/pqxx>
 
 #include "dsn.hpp"
@@ -180,6 +181,16 @@ struct PostgresBackend::Impl {
   Result<void> ensure_connected() {
     if (own && own->is_open()) return {};
     drop_own();
+    // A DSN libpq cannot parse is the caller's mistake, not an outage: say so
+    // at once instead of retrying. libpq's message names the bad part.
+    char* parse_error = nullptr;
+    if (PQconninfoOption* parsed = PQconninfoParse(connect_dsn.c_str(), &parse_error)) {
+      PQconninfoFree(parsed);
+    } else {
+      std::string cause = parse_error != nullptr ? trimmed(parse_error) : "out of memory";
+      if (parse_error != nullptr) PQfreemem(parse_error);
+      return fail(Errc::invalid_argument, "invalid connection string '" + redacted + "': " + scrub(cause, secrets));
+    }
     auto delay = options.reconnect_backoff;
     const int attempts = std::max(1, options.reconnect_attempts);
     Error last;
@@ -368,6 +379,17 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
           out.acquired = true;
           out.reclaimed = true;
           out.fence = row[1].as<Fence>();
+        } else if (!have_current) {
+          // Lost a race with a concurrent insert: our snapshot predates the
+          // winner's row, and ON CONFLICT DO NOTHING returns nothing. The
+          // winner has committed by now, so a new statement can name it.
+          impl_->prepare(c, borrowed, (*st)->inspect);
+          const pqxx::result winner = tx.exec_prepared((*st)->inspect.name, std::string(request.lock.lock_name));
+          if (!winner.empty()) {
+            out.holder = winner[0][1].as<std::string>();
+            out.fence = winner[0][2].as<Fence>();
+            out.holder_age_s = winner[0][4].as<double>();
+          }
         }
         return out;
       });
