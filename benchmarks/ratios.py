@@ -10,11 +10,11 @@ program, pairs = args[0], args[1:]
 out = subprocess.run([program, "--benchmark_format=json", "--benchmark_repetitions=5",
                       "--benchmark_report_aggregates_only=true", *extra],
                      check=True, capture_output=True, text=True).stdout
-medians = {b["run_name"]: b["real_time"] for b in json.loads(out)["benchmarks"]
+to_ns = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+medians = {b["run_name"]: b["real_time"] * to_ns[b.get("time_unit", "ns")] for b in json.loads(out)["benchmarks"]
            if b.get("aggregate_name") == "median"}
-unit = "ns"
 for name, t in medians.items():
-    print(f"{name:55s} {t:10.1f} {unit} (median of 5)")
+    print(f"{name:55s} {t:14.1f} ns (median of 5)")
 for pair in pairs:
     num, den = pair.split(":")
     print(f"ratio {num} / {den} = {medians[num] / medians[den]:.2f}")
