@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -55,6 +56,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   void plan(std::initializer_list<Fault> faults) {
     std::lock_guard lock(mutex_);
     plan_.insert(plan_.end(), faults);
+    rearm();
   }
 
   // The next n operations (of any connection) fail with `error` and change nothing.
@@ -62,30 +64,35 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     std::lock_guard lock(mutex_);
     fail_next_ = n;
     fail_with_ = error;
+    rearm();
   }
-  // Every operation takes this long (client time).
-  void set_latency(std::chrono::nanoseconds latency) {
-    std::lock_guard lock(mutex_);
-    latency_ = latency;
-  }
+  // Every operation takes this long (client time). The wait happens before the
+  // operation takes the server's lock, so operations of several connections
+  // wait at once (as they would on a real server) and the sleeper may be
+  // called from several threads at once.
+  void set_latency(std::chrono::nanoseconds latency) { latency_.store(latency.count(), std::memory_order_relaxed); }
   // The connection's next operation fails as a dropped connection; the one after reconnects.
   void drop_connection(std::string_view connection) {
     std::lock_guard lock(mutex_);
     dropped_.emplace(connection);
+    rearm();
   }
   // Every operation of the connection fails until heal().
   void partition(std::string_view connection) {
     std::lock_guard lock(mutex_);
     partitioned_.emplace(connection);
+    rearm();
   }
   void heal(std::string_view connection) {
     std::lock_guard lock(mutex_);
     if (const auto it = partitioned_.find(connection); it != partitioned_.end()) partitioned_.erase(it);
+    rearm();
   }
   // The next n operations are applied, but their replies are lost.
   void lose_replies(int n) {
     std::lock_guard lock(mutex_);
     lose_replies_ = n;
+    rearm();
   }
   // Moves the server clock relative to the clients' clocks (clock skew).
   void set_server_offset(std::chrono::nanoseconds offset) {
@@ -132,15 +139,30 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     Fence sequence = 0;  // like mutex_lock_fence_seq: one counter per table
   };
 
+  // Called before an operation takes mutex_: the injected latency, if any.
+  void delay() {
+    const std::chrono::nanoseconds latency(latency_.load(std::memory_order_relaxed));
+    if (latency > std::chrono::nanoseconds::zero()) [[unlikely]]
+      sleeper_(latency);
+  }
+
+  // Called with mutex_ held after every change to the faults below: whether
+  // any of them is armed, so that an operation without faults checks one flag.
+  void rearm() noexcept {
+    armed_ = !plan_.empty() || !partitioned_.empty() || !dropped_.empty() || fail_next_ > 0 || lose_replies_ > 0;
+  }
+
   // Called with mutex_ held: decides the fate of one operation before it runs.
   // Returns an error to report instead of running it, or nothing.
   std::optional<Error> admit(std::string_view connection) {
     ++operations_;
-    const bool no_faults = latency_.count() == 0 && plan_.empty() && partitioned_.empty() && dropped_.empty() &&
-                           fail_next_ <= 0;
-    if (no_faults) [[likely]]
+    if (!armed_) [[likely]]
       return std::nullopt;
-    if (latency_ > std::chrono::nanoseconds::zero()) sleeper_(latency_);
+    auto error = admit_armed(connection);
+    rearm();
+    return error;
+  }
+  std::optional<Error> admit_armed(std::string_view connection) {
     if (!plan_.empty()) {
       const Fault fault = plan_.front();
       plan_.pop_front();
@@ -163,8 +185,10 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
   // Called with mutex_ held after an operation was applied.
   bool reply_lost() {
-    if (lose_replies_ <= 0) return false;
+    if (!armed_ || lose_replies_ <= 0) [[likely]]
+      return false;
     --lose_replies_;
+    rearm();
     return true;
   }
 
@@ -204,7 +228,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::deque<Fault> plan_;
   std::string_view last_table_name_;  // the key of the last table looked up (map keys never move)
   Table* last_table_ = nullptr;
-  std::chrono::nanoseconds latency_{};
+  std::atomic<std::chrono::nanoseconds::rep> latency_{0};  // read without mutex_, by delay()
+  bool armed_ = false;  // any fault above (not latency) is armed: see rearm()
   std::chrono::nanoseconds offset_{};
   std::set<std::string, std::less<>> dropped_;
   std::set<std::string, std::less<>> partitioned_;
@@ -220,6 +245,7 @@ class MemoryBackend {
 
   Result<void> create_schema(std::string_view table) noexcept {
     if (auto valid = validate_table_name(table); !valid) return valid;
+    server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     if (!server_->tables_.contains(table)) server_->tables_.emplace(std::string(table), MemoryServer::Table{});
@@ -227,6 +253,7 @@ class MemoryBackend {
   }
 
   Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
+    server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto found = row_for(request.lock);
@@ -265,6 +292,7 @@ class MemoryBackend {
   }
 
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept {
+    server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     std::vector<bool> held;
@@ -284,6 +312,7 @@ class MemoryBackend {
   }
 
   Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
+    server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(table_name);
@@ -332,6 +361,7 @@ class MemoryBackend {
   // The lock's row as it was before `change`, if anyone holds it.
   template <class Change>
   Result<std::optional<LockRow>> on_present_row(LockRef lock_ref, Change change) noexcept {
+    server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(lock_ref.table);
@@ -345,6 +375,7 @@ class MemoryBackend {
 
   template <class Change>
   Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
+    server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto row = find_holder_row(key);
