@@ -1,0 +1,118 @@
+// Every C++ snippet in README.md, verbatim, each in a function of its own with
+// the few names it assumes defined here: the README never shows code that does
+// not build. tests/readme_snippets.py checks that each README snippet is here.
+// This program is only compiled: its snippets talk to made-up hosts.
+#include <cassert>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include <pgmutex/mutex.hpp>
+#include <pgmutex/postgres_pool.hpp>
+#include <pgmutex/testing/simulation.hpp>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// The names the snippets assume.
+void run_the_job(pgmutex::Fence, std::stop_token = {}) {}
+struct Report {};
+Report build_report(std::stop_token) { return {}; }
+void publish(const Report&) {}
+int report(int day, std::stop_token) { return day; }
+void report_error(const std::string& text) { std::fputs(text.c_str(), stderr); }
+
+void quickstart() {
+  pgmutex::Mutex mutex(pgmutex::PostgresBackend("postgres://user:pass@host/db"),
+                       pgmutex::Options{.lock_name = "nightly-report-job"});
+  mutex.create_schema();  // creates the mutex_lock table if it doesn't exist; idempotent
+
+  if (auto guard = mutex.try_acquire()) {          // one try; false if another instance holds it
+    run_the_job(guard.fence(), guard.stop_token()); // heartbeats run in the background meanwhile
+  } else {
+    std::puts("another instance is running the job");
+  }                                                 // released here
+}
+
+void waiting_and_singleton(pgmutex::Mutex& mutex) {
+  if (auto guard = mutex.acquire(30s)) run_the_job(guard.fence(), guard.stop_token());
+
+  auto report = mutex.singleton([](std::stop_token lost) { return build_report(lost); });
+  if (std::optional<Report> r = report()) publish(*r);  // std::nullopt: another instance had the lock
+}
+
+void two_forms(pgmutex::Mutex& mutex) {
+  auto guard = mutex.try_acquire();                      // throws on backend errors
+  auto result = mutex.try_acquire(pgmutex::nothrow);     // Result<Guard>
+  if (!result) report_error(result.error().message());   // "backend unavailable: lock 'job': …"
+  else if (*result) run_the_job(result->fence());
+}
+
+void singleton_with_arguments(pgmutex::Mutex& mutex) {
+  auto nightly = mutex.singleton([](std::stop_token lost, int day) { return report(day, lost); },
+                                 {.blocking = true, .timeout = 1min});
+  auto result = nightly(29);
+  (void)result;
+}
+
+void with_metrics(pgmutex::PostgresBackend backend, pgmutex::Options options) {
+  struct MyMetrics {
+    void acquired(std::string_view lock_name, std::string_view instance_id, pgmutex::Fence fence) {}
+    void released(std::string_view lock_name, std::string_view instance_id) {}
+    void contended(std::string_view lock_name, std::string_view instance_id) {}
+    void stale_reclaimed(std::string_view lock_name, std::string_view instance_id, std::string_view previous_holder) {}
+    void alert(std::string_view lock_name, std::string_view holder, double seconds_since_heartbeat) {}
+    void heartbeat_latency(std::string_view lock_name, std::string_view instance_id, double seconds) {}
+    void lost(std::string_view lock_name, std::string_view instance_id, const pgmutex::Error& reason) {}
+    void heartbeat_failed(std::string_view lock_name, std::string_view instance_id, const pgmutex::Error& error) {}
+  };
+  pgmutex::BasicMutex<pgmutex::PostgresBackend, pgmutex::SteadyClock, MyMetrics> mutex(std::move(backend), options, {}, MyMetrics{});
+}
+
+void testing_your_own_code() {
+  pgmutex::testing::Simulation sim;                // clock, executor, in-memory server
+  auto a = sim.instance({.lock_name = "report", .instance_id = "a"});
+  auto b = sim.instance({.lock_name = "report", .instance_id = "b"});
+  a.create_schema();
+
+  auto held = a.try_acquire();
+  sim.server().partition("a");                     // a crashes: its requests no longer arrive
+  sim.advance(11min);                              // virtual time: heartbeats, watchdog, all in order
+  assert(held.lost() && b.try_acquire());          // a's watchdog fired; b reclaimed the stale row
+}
+
+// Any type with these two members is a pgmutex::ConnectionPool.
+struct MyPool {
+  pqxx::connection& borrow();                     // may throw: reported as backend_unavailable
+  void give_back(pqxx::connection& c) noexcept;   // also gets dead connections: check c.is_open()
+};
+
+// A pool of one connection, enough to make the snippet link.
+pqxx::connection& MyPool::borrow() {
+  static pqxx::connection connection("");
+  return connection;
+}
+void MyPool::give_back(pqxx::connection&) noexcept {}
+
+void with_a_pool(MyPool& pool) {
+  pgmutex::Mutex mutex(pgmutex::make_pooled_backend(pool), {.lock_name = "job"});  // `pool` must outlive the mutex
+}
+
+}  // namespace
+
+int main(int argc, char**) {
+  // Compiled, not run: reaching these would connect to the made-up hosts above.
+  if (argc > 100) {
+    quickstart();
+    pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "job"});
+    waiting_and_singleton(mutex);
+    two_forms(mutex);
+    singleton_with_arguments(mutex);
+    with_metrics(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "job"});
+    testing_your_own_code();
+    MyPool pool;
+    with_a_pool(pool);
+  }
+  return 0;
+}
