@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -21,6 +23,29 @@
 #include "pgmutex/testing/manual_clock.hpp"
 
 namespace pgmutex {
+
+namespace detail {
+
+// Whether two strings have the same contents. Lock names, table names and
+// instance ids are short: up to 16 bytes compare in two overlapping loads
+// each, without a call to memcmp.
+inline bool same_text(std::string_view a, std::string_view b) noexcept {
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
+  const char* x = a.data();
+  const char* y = b.data();
+  const auto load8 = [](const char* p) { std::uint64_t v; std::memcpy(&v, p, sizeof v); return v; };
+  const auto load4 = [](const char* p) { std::uint32_t v; std::memcpy(&v, p, sizeof v); return v; };
+  if (n >= 8) {
+    if (n > 16) return std::memcmp(x, y, n) == 0;
+    return ((load8(x) ^ load8(y)) | (load8(x + n - 8) ^ load8(y + n - 8))) == 0;
+  }
+  if (n >= 4) return ((load4(x) ^ load4(y)) | (load4(x + n - 4) ^ load4(y + n - 4))) == 0;
+  if (n == 0) return true;
+  return x[0] == y[0] && x[n / 2] == y[n / 2] && x[n - 1] == y[n - 1];  // n is 1, 2 or 3: every byte
+}
+
+}  // namespace detail
 
 class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
  public:
@@ -273,7 +298,7 @@ class MemoryBackend {
         result.holder_age_s = server_->age_seconds(row);
       }
       row.present = true;
-      if (row.instance_id != request.instance_id) row.instance_id.assign(request.instance_id);
+      if (!detail::same_text(row.instance_id, request.instance_id)) row.instance_id.assign(request.instance_id);
       row.fence = ++found->table->sequence;
       row.last_heartbeat = row.acquired_at = now;
       result.acquired = true;
@@ -334,7 +359,7 @@ class MemoryBackend {
     auto found = row_for(key.lock);
     if (!found) return tl::unexpected(found.error());
     MemoryServer::Row& row = *found->row;
-    if (!row.present || row.fence != key.fence || row.instance_id != key.instance_id) return nullptr;
+    if (!row.present || row.fence != key.fence || !detail::same_text(row.instance_id, key.instance_id)) return nullptr;
     return &row;
   }
 
@@ -345,8 +370,15 @@ class MemoryBackend {
     MemoryServer::Table* table = nullptr;
     MemoryServer::Row* row = nullptr;
   };
+  // The cache is kept by contents, never by the address of the caller's
+  // strings: those may be temporaries that a later call's strings reuse.
   Result<Place> row_for(LockRef lock) {
-    if (cached_.row != nullptr && cached_lock_ == lock.lock_name && cached_table_ == lock.table) return cached_;
+    if (cached_.row != nullptr && detail::same_text(cached_lock_, lock.lock_name) &&
+        detail::same_text(cached_table_, lock.table)) [[likely]]
+      return cached_;
+    return find_row(lock);
+  }
+  Result<Place> find_row(LockRef lock) {
     auto table = server_->table(lock.table);
     if (!table) return tl::unexpected(table.error());
     auto found = (*table)->rows.find(lock.lock_name);
