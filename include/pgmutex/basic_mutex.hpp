@@ -452,7 +452,7 @@ class BasicMutex {
 
     static constexpr std::chrono::milliseconds retry_base{100};
 
-    mutable std::mutex mutex;  // serializes every backend call: a connection is never shared by two threads
+    mutable detail::LightMutex mutex;  // serializes every backend call: a connection is never shared by two threads
     bool held = false;
     bool lost = false;
     bool unknown_acquire_pending = false;

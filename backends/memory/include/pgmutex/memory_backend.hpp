@@ -18,14 +18,8 @@
 #include <thread>
 #include <unordered_map>
 
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define PGMUTEX_HAS_SINGLE_THREADED 1
-#else
-#define PGMUTEX_HAS_SINGLE_THREADED 0
-#endif
-
 #include "pgmutex/backend.hpp"
+#include "pgmutex/guard.hpp"  // detail::LightMutex
 #include "pgmutex/options.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 
@@ -51,58 +45,6 @@ inline bool same_text(std::string_view a, std::string_view b) noexcept {
   if (n == 0) return true;
   return x[0] == y[0] && x[n / 2] == y[n / 2] && x[n - 1] == y[n - 1];  // n is 1, 2 or 3: every byte
 }
-
-// A mutex for short critical sections, as cheap as the platform allows: in a
-// process that has only ever had one thread (glibc's __libc_single_threaded,
-// which stays false once a second thread was created) it takes and leaves the
-// lock with plain stores, as glibc's own pthread mutex does; otherwise with one
-// compare-exchange and one exchange, without a call. A contended lock spins
-// briefly, then sleeps on the futex (std::atomic::wait) until the holder
-// leaves. State: 0 free, 1 held, 2 held and a thread may be waiting.
-class ShortLock {
- public:
-  void lock() noexcept {
-    if (single_threaded() && state_.load(std::memory_order_relaxed) == 0) {
-      state_.store(1, std::memory_order_relaxed);
-      return;
-    }
-    int expected = 0;
-    if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire)) [[unlikely]]
-      lock_contended();
-  }
-  void unlock() noexcept {
-    if (single_threaded()) {  // then nobody can be waiting
-      state_.store(0, std::memory_order_relaxed);
-      return;
-    }
-    if (state_.exchange(0, std::memory_order_release) == 2) [[unlikely]]
-      state_.notify_one();
-  }
-
- private:
-  static bool single_threaded() noexcept {
-#if PGMUTEX_HAS_SINGLE_THREADED
-    return __libc_single_threaded != 0;
-#else
-    return false;
-#endif
-  }
-
-  void lock_contended() noexcept {
-    for (int spin = 0; spin < 100; ++spin) {
-      int expected = 0;
-      if (state_.load(std::memory_order_relaxed) == 0 &&
-          state_.compare_exchange_weak(expected, 1, std::memory_order_acquire))
-        return;
-      std::this_thread::yield();
-    }
-    // Marked as maybe waited for until whoever takes it next leaves: that
-    // unlock wakes one sleeper.
-    while (state_.exchange(2, std::memory_order_acquire) != 0) state_.wait(2, std::memory_order_relaxed);
-  }
-
-  std::atomic<int> state_{0};
-};
 
 }  // namespace detail
 
@@ -300,7 +242,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return LockRow{std::string(name), row.instance_id, row.fence, wall(row.acquired_at), age_seconds(row)};
   }
 
-  mutable detail::ShortLock mutex_;  // held briefly: injected latency is waited before taking it
+  mutable detail::LightMutex mutex_;  // held briefly: injected latency is waited before taking it
   TimeSource time_;
   Sleeper sleeper_;
   std::chrono::system_clock::time_point epoch_ = std::chrono::sys_days{std::chrono::year{2026} / 1 / 1};
@@ -339,13 +281,20 @@ class MemoryBackend {
   Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
     server_->delay();
     std::lock_guard lock(server_->mutex_);
-    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    Result<AcquireResult> out;  // built in place and returned by name: no moves of the holder string
+    if (auto error = server_->admit(connection_)) {
+      out = tl::unexpected(std::move(*error));
+      return out;
+    }
     auto found = row_for(request.lock);
-    if (!found) return tl::unexpected(found.error());
+    if (!found) {
+      out = tl::unexpected(std::move(found.error()));
+      return out;
+    }
     MemoryServer::Row& row = *found->row;
     const auto now = server_->now();
 
-    AcquireResult result;
+    AcquireResult& result = *out;
     if (row.present && !(row.last_heartbeat < now - request.stale_threshold)) {
       result.fence = row.fence;
       result.holder = row.instance_id;
@@ -363,8 +312,8 @@ class MemoryBackend {
       result.acquired = true;
       result.fence = row.fence;
     }
-    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
-    return result;
+    if (server_->reply_lost()) out = fail(Errc::outcome_unknown, "reply lost after commit");
+    return out;
   }
 
   Result<void> heartbeat(const HolderKey& key) noexcept {
