@@ -273,18 +273,18 @@ class BasicMutex {
       ++generation;  // the guard's grant is over: its lost()/stop_token() no longer apply
       stop_source.reset();
       const HolderKey key = holder_key();
-      Result<void> deleted;
-      for (int attempt = 0; attempt < release_attempts; ++attempt) {
+      Result<void> deleted = backend.release(key);
+      // Transient failures are retried; other errors end it.
+      for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
+        if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
         deleted = backend.release(key);
-        if (deleted) break;
-        if (deleted.error() == Errc::lock_not_held) {
+        if (!deleted && deleted.error() == Errc::lock_not_held) {
           // A retry after an unknown outcome finds the row gone: the first delete landed.
-          if (attempt > 0) deleted = {};
+          deleted = {};
           break;
         }
-        if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
       }
-      if (deleted) {
+      if (deleted) [[likely]] {
         call_released(metrics, options.lock_name, options.instance_id);
         return {};
       }
@@ -328,7 +328,8 @@ class BasicMutex {
       heartbeat_failures = 0;
       stop_source.reset();
       last_good_send = sent;
-      next_beat_at = clock.now() + next_heartbeat_delay(options.heartbeat_interval);
+      const time_point now = clock.now();
+      next_beat_at = now + next_heartbeat_delay(options.heartbeat_interval, now);
       ensure_wakeup();
       call_acquired(metrics, options.lock_name, options.instance_id, fence);
       return guard_type(this, generation, fence);
@@ -395,14 +396,14 @@ class BasicMutex {
         const auto backoff = retry_base * (1 << std::min(heartbeat_failures - 1, 6));
         next = std::min(next, duration(backoff));
       }
-      next_beat_at = clock.now() + next_heartbeat_delay(next);
+      const time_point now = clock.now();
+      next_beat_at = now + next_heartbeat_delay(next, now);
       ensure_wakeup();
     }
 
-    // The wanted delay, but never past the watchdog's deadline.
-    duration next_heartbeat_delay(duration wanted) const {
-      const auto until_deadline =
-          std::chrono::duration_cast<duration>(last_good_send + options.lease() - clock.now());
+    // The wanted delay from `now`, but never past the watchdog's deadline.
+    duration next_heartbeat_delay(duration wanted, time_point now) const {
+      const auto until_deadline = std::chrono::duration_cast<duration>(last_good_send + options.lease() - now);
       return std::clamp(until_deadline, duration::zero(), wanted);
     }
 

@@ -331,10 +331,11 @@ class MemoryBackend {
     std::vector<bool> held;
     held.reserve(keys.size());
     for (const HolderKey& key : keys) {
-      auto row = find_holder_row(key);
-      if (!row) return tl::unexpected(row.error());
-      if (*row) (*row)->last_heartbeat = server_->now();
-      held.push_back(*row != nullptr);
+      auto found = row_for(key.lock);
+      if (!found) return tl::unexpected(std::move(found.error()));
+      MemoryServer::Row* row = holder_row(*found->row, key);
+      if (row != nullptr) row->last_heartbeat = server_->now();
+      held.push_back(row != nullptr);
     }
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
     return held;
@@ -363,10 +364,7 @@ class MemoryBackend {
 
  private:
   // The row this holder owns, or nullptr if it was released or granted again.
-  Result<MemoryServer::Row*> find_holder_row(const HolderKey& key) {
-    auto found = row_for(key.lock);
-    if (!found) return tl::unexpected(found.error());
-    MemoryServer::Row& row = *found->row;
+  static MemoryServer::Row* holder_row(MemoryServer::Row& row, const HolderKey& key) noexcept {
     if (!row.present || row.fence != key.fence || !detail::same_text(row.instance_id, key.instance_id)) return nullptr;
     return &row;
   }
@@ -418,12 +416,13 @@ class MemoryBackend {
     server_->delay();
     std::lock_guard lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
-    auto row = find_holder_row(key);
-    if (!row) return tl::unexpected(row.error());
-    if (!*row)
+    auto found = row_for(key.lock);
+    if (!found) return tl::unexpected(std::move(found.error()));
+    MemoryServer::Row* row = holder_row(*found->row, key);
+    if (row == nullptr)
       return fail(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "' has no row for instance '" +
                                            std::string(key.instance_id) + "' with fence " + std::to_string(key.fence));
-    change(**row);
+    change(*row);
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
     return {};
   }
