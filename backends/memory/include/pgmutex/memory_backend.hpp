@@ -378,13 +378,13 @@ class MemoryBackend {
   };
   // The cache is kept by contents, never by the address of the caller's
   // strings: those may be temporaries that a later call's strings reuse.
-  Result<Place> row_for(LockRef lock) {
+  Result<Place> row_for(const LockRef& lock) {
     if (cached_.row != nullptr && detail::same_text(cached_lock_, lock.lock_name) &&
         detail::same_text(cached_table_, lock.table)) [[likely]]
       return cached_;
     return find_row(lock);
   }
-  Result<Place> find_row(LockRef lock) {
+  Result<Place> find_row(const LockRef& lock) {
     auto table = server_->table(lock.table);
     if (!table) return tl::unexpected(table.error());
     auto found = (*table)->rows.find(lock.lock_name);
