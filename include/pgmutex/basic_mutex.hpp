@@ -126,7 +126,7 @@ class BasicMutex {
       // if a guard outlived its mutex, release so nobody waits out the threshold.
       std::vector<Wakeup> pending;
       {
-        std::lock_guard lock(mutex);
+        detail::LightLock lock(mutex);
         closing = true;
         pending.swap(wakeups);
       }
@@ -143,22 +143,22 @@ class BasicMutex {
     // ---- operations ------------------------------------------------------
 
     Result<void> create_schema() {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       return with_context(backend.create_schema(options.table));
     }
 
     Result<std::optional<LockRow>> inspect() {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       return with_context(backend.inspect(lock_ref()));
     }
 
     bool is_held() const {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       return held && !lost;
     }
 
     Result<guard_type> try_acquire() {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       if (held && !lost)
         return fail(Errc::already_acquired, context() + " is already held through this object (fence " +
                                                 std::to_string(fence) + "); release it before acquiring again");
@@ -214,7 +214,7 @@ class BasicMutex {
     Result<void> release_current() {
       std::uint64_t current = 0;
       {
-        std::lock_guard lock(mutex);
+        detail::LightLock lock(mutex);
         if (!held) return fail(Errc::lock_not_held, context() + " is not held through this object");
         current = generation;
       }
@@ -224,7 +224,7 @@ class BasicMutex {
     Result<void> heartbeat_current() {
       std::uint64_t current = 0;
       {
-        std::lock_guard lock(mutex);
+        detail::LightLock lock(mutex);
         current = generation;
       }
       return heartbeat_grant(current);
@@ -233,14 +233,14 @@ class BasicMutex {
     // ---- what the guard calls --------------------------------------------
 
     bool grant_lost(std::uint64_t which) const {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       // An older grant whose guard is still alive ended by loss, or it would
       // have been released before this object could acquire again.
       return which == generation ? held && lost : which == lost_generation;
     }
 
     std::stop_token grant_stop_token(std::uint64_t which) {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       if (which != generation) {
         std::stop_source ended;  // the grant is over: a token that is already stopped
         ended.request_stop();
@@ -255,7 +255,7 @@ class BasicMutex {
     }
 
     Result<void> heartbeat_grant(std::uint64_t which) {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       if (!held || which != generation)
         return fail(Errc::lock_not_held, context() + " is not held through this object");
       if (lost) return fail(Errc::lock_not_held, context() + ": " + lost_reason.message());
@@ -264,7 +264,7 @@ class BasicMutex {
     }
 
     Result<void> release_grant(std::uint64_t which) {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       if (!held || which != generation) return fail(Errc::lock_not_held, context() + " grant already ended");
       // A pending heartbeat wake-up stays: it finds nothing held and ends,
       // and keeps acquire/release cycles free of executor work.
@@ -380,7 +380,7 @@ class BasicMutex {
     }
 
     void on_wakeup(std::uint64_t id) {
-      std::lock_guard lock(mutex);
+      detail::LightLock lock(mutex);
       std::erase_if(wakeups, [id](const Wakeup& w) { return w.id == id; });
       if (closing || !held || lost) return;
       if (clock.now() < next_beat_at) {

@@ -21,6 +21,16 @@
 #include "pgmutex/backend.hpp"
 #include "pgmutex/error.hpp"
 
+// For the few small functions on every lock operation's path, which a
+// compiler left to itself may call out of line in a large translation unit.
+#if defined(__GNUC__) || defined(__clang__)
+#define PGMUTEX_ALWAYS_INLINE [[gnu::always_inline]] inline
+#define PGMUTEX_NOINLINE [[gnu::noinline]]
+#else
+#define PGMUTEX_ALWAYS_INLINE inline
+#define PGMUTEX_NOINLINE
+#endif
+
 namespace pgmutex {
 
 namespace detail {
@@ -37,7 +47,7 @@ namespace detail {
 // have its own, pgmutex/detail/light_mutex.hpp.)
 class LightMutex {
  public:
-  void lock() noexcept {
+  PGMUTEX_ALWAYS_INLINE void lock() noexcept {
     if (single_threaded() && state_.load(std::memory_order_relaxed) == 0) {
       state_.store(1, std::memory_order_relaxed);
       return;
@@ -46,7 +56,7 @@ class LightMutex {
     if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire)) [[unlikely]]
       lock_contended();
   }
-  void unlock() noexcept {
+  PGMUTEX_ALWAYS_INLINE void unlock() noexcept {
     if (single_threaded()) {  // then nobody can be waiting
       state_.store(0, std::memory_order_relaxed);
       return;
@@ -56,7 +66,7 @@ class LightMutex {
   }
 
  private:
-  static bool single_threaded() noexcept {
+  PGMUTEX_ALWAYS_INLINE static bool single_threaded() noexcept {
 #if PGMUTEX_HAS_SINGLE_THREADED
     return __libc_single_threaded != 0;
 #else
@@ -64,7 +74,7 @@ class LightMutex {
 #endif
   }
 
-  void lock_contended() noexcept {
+  PGMUTEX_NOINLINE void lock_contended() noexcept {
     for (int spin = 0; spin < 100; ++spin) {
       int expected = 0;
       if (state_.load(std::memory_order_relaxed) == 0 &&
@@ -78,6 +88,18 @@ class LightMutex {
   }
 
   std::atomic<int> state_{0};
+};
+
+// std::lock_guard for a LightMutex, but inlined for sure.
+class [[nodiscard]] LightLock {
+ public:
+  PGMUTEX_ALWAYS_INLINE explicit LightLock(LightMutex& mutex) noexcept : mutex_(mutex) { mutex_.lock(); }
+  PGMUTEX_ALWAYS_INLINE ~LightLock() { mutex_.unlock(); }
+  LightLock(const LightLock&) = delete;
+  LightLock& operator=(const LightLock&) = delete;
+
+ private:
+  LightMutex& mutex_;
 };
 
 }  // namespace detail

@@ -30,7 +30,7 @@ namespace detail {
 // Whether two strings have the same contents. Lock names, table names and
 // instance ids are short: up to 16 bytes compare in two overlapping loads
 // each, without a call to memcmp.
-inline bool same_text(std::string_view a, std::string_view b) noexcept {
+PGMUTEX_ALWAYS_INLINE bool same_text(std::string_view a, std::string_view b) noexcept {
   const std::size_t n = a.size();
   if (n != b.size()) return false;
   const char* x = a.data();
@@ -80,14 +80,14 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     lose_reply,  // it is applied, but the reply is lost (outcome_unknown)
   };
   void plan(std::initializer_list<Fault> faults) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     plan_.insert(plan_.end(), faults);
     rearm();
   }
 
   // The next n operations (of any connection) fail with `error` and change nothing.
   void fail_next(int n, Errc error = Errc::backend_unavailable) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     fail_next_ = n;
     fail_with_ = error;
     rearm();
@@ -99,36 +99,36 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   void set_latency(std::chrono::nanoseconds latency) { latency_.store(latency.count(), std::memory_order_relaxed); }
   // The connection's next operation fails as a dropped connection; the one after reconnects.
   void drop_connection(std::string_view connection) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     dropped_.emplace(connection);
     rearm();
   }
   // Every operation of the connection fails until heal().
   void partition(std::string_view connection) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     partitioned_.emplace(connection);
     rearm();
   }
   void heal(std::string_view connection) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     if (const auto it = partitioned_.find(connection); it != partitioned_.end()) partitioned_.erase(it);
     rearm();
   }
   // The next n operations are applied, but their replies are lost.
   void lose_replies(int n) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     lose_replies_ = n;
     rearm();
   }
   // Moves the server clock relative to the clients' clocks (clock skew).
   void set_server_offset(std::chrono::nanoseconds offset) {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     offset_ = offset;
   }
 
   // The row as it is, bypassing faults and counters: for a test's invariants.
   [[nodiscard]] std::optional<LockRow> peek(LockRef lock_ref) const {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     const auto table = tables_.find(lock_ref.table);
     if (table == tables_.end()) return std::nullopt;
     const auto row = table->second.rows.find(lock_ref.lock_name);
@@ -137,11 +137,11 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
 
   [[nodiscard]] std::uint64_t operations() const {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     return operations_;
   }
   [[nodiscard]] std::chrono::nanoseconds server_now() const {
-    std::lock_guard lock(mutex_);
+    detail::LightLock lock(mutex_);
     return now();
   }
 
@@ -272,7 +272,7 @@ class MemoryBackend {
   Result<void> create_schema(std::string_view table) noexcept {
     if (auto valid = validate_table_name(table); !valid) return valid;
     server_->delay();
-    std::lock_guard lock(server_->mutex_);
+    detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     if (!server_->tables_.contains(table)) server_->tables_.emplace(std::string(table), MemoryServer::Table{});
     return {};
@@ -280,7 +280,7 @@ class MemoryBackend {
 
   Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
     server_->delay();
-    std::lock_guard lock(server_->mutex_);
+    detail::LightLock lock(server_->mutex_);
     Result<AcquireResult> out;  // built in place and returned by name: no moves of the holder string
     if (auto error = server_->admit(connection_)) {
       out = tl::unexpected(std::move(*error));
@@ -326,7 +326,7 @@ class MemoryBackend {
 
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept {
     server_->delay();
-    std::lock_guard lock(server_->mutex_);
+    detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     std::vector<bool> held;
     held.reserve(keys.size());
@@ -347,7 +347,7 @@ class MemoryBackend {
 
   Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
     server_->delay();
-    std::lock_guard lock(server_->mutex_);
+    detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(table_name);
     if (!table) return tl::unexpected(table.error());
@@ -364,7 +364,7 @@ class MemoryBackend {
 
  private:
   // The row this holder owns, or nullptr if it was released or granted again.
-  static MemoryServer::Row* holder_row(MemoryServer::Row& row, const HolderKey& key) noexcept {
+  PGMUTEX_ALWAYS_INLINE static MemoryServer::Row* holder_row(MemoryServer::Row& row, const HolderKey& key) noexcept {
     if (!row.present || row.fence != key.fence || !detail::same_text(row.instance_id, key.instance_id)) return nullptr;
     return &row;
   }
@@ -378,13 +378,13 @@ class MemoryBackend {
   };
   // The cache is kept by contents, never by the address of the caller's
   // strings: those may be temporaries that a later call's strings reuse.
-  Result<Place> row_for(const LockRef& lock) {
+  PGMUTEX_ALWAYS_INLINE Result<Place> row_for(const LockRef& lock) {
     if (cached_.row != nullptr && detail::same_text(cached_lock_, lock.lock_name) &&
         detail::same_text(cached_table_, lock.table)) [[likely]]
       return cached_;
     return find_row(lock);
   }
-  Result<Place> find_row(const LockRef& lock) {
+  PGMUTEX_NOINLINE Result<Place> find_row(const LockRef& lock) {
     auto table = server_->table(lock.table);
     if (!table) return tl::unexpected(table.error());
     auto found = (*table)->rows.find(lock.lock_name);
@@ -400,7 +400,7 @@ class MemoryBackend {
   template <class Change>
   Result<std::optional<LockRow>> on_present_row(LockRef lock_ref, Change change) noexcept {
     server_->delay();
-    std::lock_guard lock(server_->mutex_);
+    detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(lock_ref.table);
     if (!table) return tl::unexpected(table.error());
@@ -414,7 +414,7 @@ class MemoryBackend {
   template <class Change>
   Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
     server_->delay();
-    std::lock_guard lock(server_->mutex_);
+    detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto found = row_for(key.lock);
     if (!found) return tl::unexpected(std::move(found.error()));
