@@ -25,6 +25,7 @@
 #include "pgmutex/clock.hpp"
 #include "pgmutex/error.hpp"
 #include "pgmutex/executor.hpp"
+#include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/guard.hpp"
 #include "pgmutex/metrics.hpp"
 #include "pgmutex/options.hpp"

@@ -19,7 +19,7 @@
 #include <unordered_map>
 
 #include "pgmutex/backend.hpp"
-#include "pgmutex/guard.hpp"  // detail::LightMutex
+#include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/options.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 
