@@ -3,7 +3,9 @@
 // with a metrics sink whose hooks do nothing next to NoMetrics.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "pgmutex/testing/simulation.hpp"
 
@@ -66,4 +68,15 @@ BENCHMARK(losing_try)->Name("memory_losing_try");
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// PGMUTEX_BENCH_THREADED=1: start (and join) a thread first. glibc's mutex and
+// ours both skip atomic instructions while a process has only ever had one
+// thread; this measures both sides as a multi-threaded service would run them.
+int main(int argc, char** argv) {
+  if (const char* threaded = std::getenv("PGMUTEX_BENCH_THREADED"); threaded != nullptr && *threaded == '1')
+    std::thread([] {}).join();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
