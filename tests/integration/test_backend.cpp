@@ -10,6 +10,7 @@
 #include <latch>
 #include <thread>
 
+#include "dsn.hpp"  // the backend's own DSN defaults, tested directly below
 #include "pgmutex/postgres_pool.hpp"
 #include "support.hpp"
 
@@ -112,6 +113,26 @@ TEST_CASE("every form of connection info reaches the server", "[backend][dsn]") 
     CHECK(connected.error() == Errc::backend_unavailable);
     CHECK(connected.error().detail.find("password") != std::string::npos);
   }
+}
+
+TEST_CASE("the backend adds network timeouts to a DSN that does not set them", "[backend][dsn]") {
+  using pgmutex::postgres_detail::with_network_timeout;
+  const std::string keyword = with_network_timeout("host=db dbname=app", 10s);
+  CHECK(keyword == "host=db dbname=app tcp_user_timeout=10000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3");
+  CHECK(with_network_timeout("", 4s) == "tcp_user_timeout=4000 keepalives_idle=2 keepalives_interval=1 keepalives_count=3");
+  CHECK(with_network_timeout("postgresql://me@db/app", 10s) ==
+        "postgresql://me@db/app?tcp_user_timeout=10000&keepalives_idle=5&keepalives_interval=2&keepalives_count=3");
+  CHECK(with_network_timeout("postgresql://me@db/app?sslmode=require", 10s).starts_with(
+      "postgresql://me@db/app?sslmode=require&tcp_user_timeout=10000&"));
+  // What the DSN says wins; zero turns the defaults off.
+  CHECK(with_network_timeout("host=db tcp_user_timeout=500 keepalives_count=9", 10s) ==
+        "host=db tcp_user_timeout=500 keepalives_count=9 keepalives_idle=5 keepalives_interval=2");
+  CHECK(with_network_timeout("host=db", 0s) == "host=db");
+
+  // libpq takes them: a TCP connection with the defaults works.
+  const Server s = server();
+  PostgresBackend b("host=" + s.tcp_host + " port=" + s.port + " dbname=" + s.database + " user=" + s.user);
+  require_connects(b);
 }
 
 TEST_CASE("no error text and no redacted DSN ever contains the password", "[backend][dsn][secrets]") {

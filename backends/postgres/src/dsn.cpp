@@ -155,15 +155,37 @@ std::string scrub(std::string text, const std::vector<std::string>& secrets) {
   return text;
 }
 
-std::string with_connect_timeout(std::string dsn, std::chrono::nanoseconds timeout) {
-  if (timeout <= std::chrono::nanoseconds::zero() || dsn.find("connect_timeout") != std::string::npos ||
-      std::getenv("PGCONNECT_TIMEOUT") != nullptr)
-    return dsn;
-  // libpq counts whole seconds and treats anything below 2 as 2.
-  const auto seconds = std::max<long long>(2, std::chrono::ceil<std::chrono::seconds>(timeout).count());
-  const std::string setting = "connect_timeout=" + std::to_string(seconds);
+namespace {
+
+// Adds `key=value` unless the DSN already names the key.
+std::string with_setting(std::string dsn, std::string_view key, const std::string& value) {
+  if (dsn.find(key) != std::string::npos) return dsn;
+  const std::string setting = std::string(key) + "=" + value;
   if (is_uri(dsn)) return dsn + (dsn.find('?') == std::string::npos ? "?" : "&") + setting;
   return dsn.empty() ? setting : dsn + " " + setting;
+}
+
+}  // namespace
+
+std::string with_connect_timeout(std::string dsn, std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero() || std::getenv("PGCONNECT_TIMEOUT") != nullptr) return dsn;
+  // libpq counts whole seconds and treats anything below 2 as 2.
+  const auto seconds = std::max<long long>(2, std::chrono::ceil<std::chrono::seconds>(timeout).count());
+  return with_setting(std::move(dsn), "connect_timeout", std::to_string(seconds));
+}
+
+std::string with_network_timeout(std::string dsn, std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero()) return dsn;
+  using std::chrono::ceil;
+  const auto ms = std::max<long long>(1000, ceil<std::chrono::milliseconds>(timeout).count());
+  // Unacknowledged data (a partition while a statement is sent) fails after
+  // the timeout; an idle peer that vanished is found by keepalives about as fast.
+  const long long idle_s = std::max<long long>(1, ms / 2000);
+  const long long interval_s = std::max<long long>(1, ms / 5000);
+  dsn = with_setting(std::move(dsn), "tcp_user_timeout", std::to_string(ms));
+  dsn = with_setting(std::move(dsn), "keepalives_idle", std::to_string(idle_s));
+  dsn = with_setting(std::move(dsn), "keepalives_interval", std::to_string(interval_s));
+  return with_setting(std::move(dsn), "keepalives_count", "3");
 }
 
 }  // namespace pgmutex::postgres_detail

@@ -25,4 +25,8 @@ std::string scrub(std::string text, const std::vector<std::string>& secrets);
 // The DSN with connect_timeout added when neither it nor PGCONNECT_TIMEOUT sets one.
 std::string with_connect_timeout(std::string dsn, std::chrono::nanoseconds timeout);
 
+// The DSN with tcp_user_timeout and keepalive settings derived from `timeout`,
+// each added only when the DSN does not set it (libpq applies them to TCP only).
+std::string with_network_timeout(std::string dsn, std::chrono::nanoseconds timeout);
+
 }  // namespace pgmutex::postgres_detail

@@ -145,7 +145,7 @@ constexpr std::size_t max_cached_listeners = 64;
 struct PostgresBackend::Impl {
   Impl(std::string dsn_text, PostgresOptions opts)
       : dsn(std::move(dsn_text)),
-        connect_dsn(with_connect_timeout(dsn, opts.connect_timeout)),
+        connect_dsn(with_network_timeout(with_connect_timeout(dsn, opts.connect_timeout), opts.network_timeout)),
         redacted(redact_dsn(dsn)),
         secrets(secrets_of(dsn)),
         options(opts) {}

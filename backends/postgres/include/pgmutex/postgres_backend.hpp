@@ -17,6 +17,12 @@ namespace pgmutex {
 
 struct PostgresOptions {
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
+  // A statement whose bytes the server does not acknowledge within this time
+  // (a partition) fails instead of blocking, and a peer that vanished is found
+  // by TCP keepalives about as fast (libpq's tcp_user_timeout and keepalives_*,
+  // added to the DSN unless it sets them). Keep it well below the mutex's
+  // safety_margin: a heartbeat stuck in the network cannot run the watchdog.
+  std::chrono::nanoseconds network_timeout = std::chrono::seconds(10);
   // A lost connection is re-established on the next operation, retrying with
   // exponential backoff from reconnect_backoff, at most reconnect_attempts times.
   int reconnect_attempts = 3;
@@ -68,9 +74,9 @@ class PostgresBackend {
   // identifier made by hashing the table and lock name).
   [[nodiscard]] static std::string release_channel(LockRef lock);
 
-  struct Impl;  // public only so that the pool adapter can reach it
 
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
