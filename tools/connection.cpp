@@ -6,8 +6,10 @@
 
 namespace pgmutex::cli {
 
-PostgresBackend connect_backend(const ConnectionArgs& args) {
-  PostgresBackend backend(args.dsn);
+PostgresBackend connect_backend(const ConnectionArgs& args, std::chrono::nanoseconds network_timeout) {
+  PostgresOptions options;
+  options.network_timeout = network_timeout;
+  PostgresBackend backend(args.dsn, options);
   if (auto connected = backend.connect(); !connected) {
     const Error& error = connected.error();
     const int code = error == Errc::invalid_argument ? exit_code::usage : exit_code::unavailable;

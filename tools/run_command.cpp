@@ -1,4 +1,6 @@
 // pgmutex run: hold a lock while a command runs.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -115,7 +117,11 @@ int execute(RunArgs& args) {
   SignalReader signals;
   InterruptWatch interrupts(signals);
 
-  auto created = RunMutex::create(connect_backend(args.connection), lock_options(args), SteadyClock{},
+  // A heartbeat stuck in the network must fail well inside the safety margin,
+  // or the watchdog that runs between heartbeats comes too late.
+  const auto margin = validate(lock_options(args)).value().safety_margin;
+  const auto network_timeout = std::clamp<std::chrono::nanoseconds>(margin / 2, std::chrono::seconds(1), std::chrono::seconds(10));
+  auto created = RunMutex::create(connect_backend(args.connection, network_timeout), lock_options(args), SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
   if (!created) exit_with(created.error(), "run", args.connection.table);
   RunMutex& mutex = *created;
