@@ -1,8 +1,9 @@
 #include "child_process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,14 +41,15 @@ std::vector<char*> as_argv(std::vector<std::string>& strings) {
   return pointers;
 }
 
-// posix_spawn's attribute objects, destroyed on every path.
-struct SpawnAttributes {
-  posix_spawnattr_t attr{};
-  SpawnAttributes() { posix_spawnattr_init(&attr); }
-  ~SpawnAttributes() { posix_spawnattr_destroy(&attr); }
-  SpawnAttributes(const SpawnAttributes&) = delete;
-  SpawnAttributes& operator=(const SpawnAttributes&) = delete;
-};
+// Reads the errno a failed exec wrote to `fd`; 0 if the exec succeeded (the
+// pipe closed on exec without a word).
+int exec_error(int fd) {
+  int error = 0;
+  ssize_t got = 0;
+  do got = ::read(fd, &error, sizeof error);
+  while (got < 0 && errno == EINTR);
+  return got == static_cast<ssize_t>(sizeof error) ? error : 0;
+}
 
 }  // namespace
 
@@ -59,25 +61,47 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
   std::vector<char*> arg_pointers = as_argv(args);
   std::vector<char*> env_pointers = as_argv(env);
 
-  SpawnAttributes spawn;
-  // We block the supervised signals to read them; the child starts with the
-  // mask we had before. Dispositions pass through exec untouched: a signal
-  // ignored for us (nohup's SIGHUP) stays ignored for the command, as a shell
-  // would have it.
-  short flags = POSIX_SPAWN_SETSIGMASK;
-  posix_spawnattr_setsigmask(&spawn.attr, &original_signal_mask());
-  if (own_group_) {
-    flags |= POSIX_SPAWN_SETPGROUP;
-    posix_spawnattr_setpgroup(&spawn.attr, 0);
+  // fork + exec rather than posix_spawn, for one thing posix_spawn cannot do:
+  // PR_SET_PDEATHSIG. If pgmutex itself dies (SIGKILL, the OOM killer), its
+  // heartbeats stop and the lock goes stale; the command must not outlive it
+  // and run beside the next holder's. A failed exec reports its errno through
+  // a close-on-exec pipe.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  const pid_t parent = ::getpid();
+  pid_ = ::fork();
+  if (pid_ < 0) {
+    const int error = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    throw std::system_error(error, std::generic_category(), "fork");
   }
-  posix_spawnattr_setflags(&spawn.attr, flags);
-
-  const int rc = ::posix_spawnp(&pid_, args.front().c_str(), nullptr, &spawn.attr, arg_pointers.data(),
-                                env_pointers.data());
-  if (rc == ENOENT || rc == ENOTDIR)
-    throw Exit(exit_code::not_found, args.front() + ": command not found");
-  if (rc != 0)
-    throw Exit(exit_code::not_executable, args.front() + ": cannot execute: " + ::strerror(rc));
+  if (pid_ == 0) {
+    // The child: only async-signal-safe calls until exec.
+    ::close(report[0]);
+    if (own_group_) ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(exit_code::software);  // pgmutex died before the prctl
+    // We block the supervised signals to read them; the command starts with
+    // the mask we had before. Dispositions pass through exec untouched: a
+    // signal ignored for us (nohup's SIGHUP) stays ignored, as a shell has it.
+    ::sigprocmask(SIG_SETMASK, &original_signal_mask(), nullptr);
+    ::execvpe(args.front().c_str(), arg_pointers.data(), env_pointers.data());
+    const int error = errno;
+    (void)!::write(report[1], &error, sizeof error);
+    ::_exit(exit_code::not_found);
+  }
+  ::close(report[1]);
+  const int error = exec_error(report[0]);
+  ::close(report[0]);
+  if (error != 0) {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    if (error == ENOENT || error == ENOTDIR) throw Exit(exit_code::not_found, args.front() + ": command not found");
+    throw Exit(exit_code::not_executable, args.front() + ": cannot execute: " + ::strerror(error));
+  }
 }
 
 void ChildProcess::signal(int signo) const noexcept {

@@ -53,11 +53,18 @@ expect 0 "release --force a free lock" pgm release --force never-held
 contains "$OUT" "was not held" "release says there was nothing to release"
 
 # --- crash recovery: SIGKILL the holder, another instance reclaims -------------
+# The command must not outlive pgmutex: it would run beside the next holder.
 start_holder crashed 10 "echo \$\$ >\"\$0\"; sleep 30"
 shell_pid=$(cat "$WORK/ready")
 kill -KILL "$holder"
-kill -KILL -- "-$shell_pid" 2>/dev/null
 wait "$holder" 2>/dev/null
+for _ in $(seq 50); do kill -0 "$shell_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$shell_pid" 2>/dev/null; then
+  fail "the command outlived the SIGKILLed pgmutex"
+  kill -KILL -- "-$shell_pid" 2>/dev/null
+else
+  pass "the command died with the SIGKILLed pgmutex"
+fi
 expect 75 "right after the crash the lock is still taken" pgm run --lock crashed "${short[@]}" -- true
 sleep 1.2
 expect 75 "past the alert threshold: still taken" pgm run --lock crashed "${short[@]}" -- true
