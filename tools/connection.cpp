@@ -6,9 +6,7 @@
 
 namespace pgmutex::cli {
 
-PostgresBackend connect_backend(const ConnectionArgs& args, std::chrono::nanoseconds network_timeout) {
-  PostgresOptions options;
-  options.network_timeout = network_timeout;
+PostgresBackend connect_backend(const ConnectionArgs& args, PostgresOptions options) {
   PostgresBackend backend(args.dsn, options);
   if (auto connected = backend.connect(); !connected) {
     const Error& error = connected.error();

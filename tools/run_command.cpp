@@ -52,6 +52,13 @@ Options lock_options(const RunArgs& args) {
   options.heartbeat_interval = to_duration(args.heartbeat_s);
   options.alert_threshold = to_duration(args.thresholds.alert_s);
   options.stale_threshold = to_duration(args.thresholds.stale_s);
+  // The command must be gone before anyone may reclaim the lock: once the
+  // watchdog fires it gets SIGTERM, and SIGKILL after --grace. So the safety
+  // margin covers the grace (and a second more) where the thresholds leave room.
+  const auto wanted = to_duration(args.grace_s) + std::chrono::seconds(1);
+  if (auto valid = validate(options);
+      valid && valid->safety_margin < wanted && options.stale_threshold - wanted > options.heartbeat_interval)
+    options.safety_margin = wanted;
   return options;
 }
 
@@ -117,15 +124,27 @@ int execute(RunArgs& args) {
   SignalReader signals;
   InterruptWatch interrupts(signals);
 
-  // A heartbeat stuck in the network must fail well inside the safety margin,
-  // or the watchdog that runs between heartbeats comes too late.
+  // A heartbeat stuck in the network (its statement, then one reconnect)
+  // must fail inside the safety margin, or the watchdog that runs between
+  // heartbeats comes too late.
   const auto margin = validate(lock_options(args)).value().safety_margin;
-  const auto network_timeout = std::clamp<std::chrono::nanoseconds>(margin / 2, std::chrono::seconds(1), std::chrono::seconds(10));
-  auto created = RunMutex::create(connect_backend(args.connection, network_timeout), lock_options(args), SteadyClock{},
+  PostgresOptions network;
+  network.network_timeout = std::clamp<std::chrono::nanoseconds>(margin / 3, std::chrono::seconds(1), std::chrono::seconds(10));
+  network.connect_timeout = network.network_timeout;
+  network.reconnect_attempts = 1;
+  auto created = RunMutex::create(connect_backend(args.connection, network), lock_options(args), SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
   if (!created) exit_with(created.error(), "run", args.connection.table);
   RunMutex& mutex = *created;
   Guard guard = take_lock(mutex, args, interrupts);
+
+  if (to_duration(args.grace_s) >= margin)
+    std::fprintf(stderr,
+                 "pgmutex: warning: --grace %s is not shorter than the safety margin (%s) these thresholds leave: "
+                 "if the lock is lost, the command may still run when another instance may take the lock; "
+                 "lower --grace or raise --stale-threshold\n",
+                 seconds_text(args.grace_s).c_str(),
+                 seconds_text(std::chrono::duration<double>(margin).count()).c_str());
 
   Wakeup lost;
   std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
