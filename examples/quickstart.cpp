@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   // One try: the guard is false if another instance holds the lock.
   if (auto guard = mutex.try_acquire()) {
     run_the_job(guard.fence(), guard.stop_token());
-  } else {
+  } else if (guard.holder()) {
     std::printf("another instance is running the job: %s\n", guard.holder()->instance_id.c_str());
   }  // released here
 

@@ -162,7 +162,9 @@ int execute(RunArgs& args) {
                  seconds_text(args.grace_s).c_str());
   });
 
-  if (outcome.lease_lost) {
+  // Lost while the command ran, even if the command ended in the same moment:
+  // it may have run beside another holder, and the exit code says so.
+  if (outcome.lease_lost || guard.lost()) {
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
     throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; the command " +
                                         (outcome.killed_after_grace ? "was killed with SIGKILL after the grace period"

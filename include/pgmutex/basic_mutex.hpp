@@ -163,12 +163,19 @@ class BasicMutex {
       if (held && !lost)
         return fail(Errc::already_acquired, context() + " is already held through this object (fence " +
                                                 std::to_string(fence) + "); release it before acquiring again");
-      const time_point sent = clock.now();
+      time_point sent = clock.now();
       auto outcome = backend.try_acquire(AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold});
-      if (!outcome) {
-        if (outcome.error() == Errc::outcome_unknown) return resolve_unknown_acquire(sent);
-        return with_context<guard_type>(tl::unexpected(std::move(outcome.error())));
+      if (!outcome && outcome.error() == Errc::outcome_unknown) {
+        if (auto resolved = resolve_unknown_acquire(sent)) return std::move(*resolved);
+        // Nothing landed and nobody holds the lock: one more try says which.
+        sent = clock.now();
+        outcome = backend.try_acquire(AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold});
+        if (!outcome && outcome.error() == Errc::outcome_unknown) {
+          if (auto resolved = resolve_unknown_acquire(sent)) return std::move(*resolved);
+          return fail(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies");
+        }
       }
+      if (!outcome) return with_context<guard_type>(tl::unexpected(std::move(outcome.error())));
       if (outcome->acquired) {
         unknown_acquire_pending = false;
         if (outcome->reclaimed) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, outcome->holder);
@@ -202,13 +209,14 @@ class BasicMutex {
           wait = std::min(wait, left);
         }
         if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
+        bool waited = false;
         if constexpr (BackendWaitsForRelease<B>) {
           std::unique_lock lock(mutex);
-          (void)backend.wait_for_release(lock_ref(), wait);  // an error here just means "poll again"
-        } else {
-          if (executor.wait_for(wait, stop))
-            return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
+          waited = backend.wait_for_release(lock_ref(), wait).has_value();
         }
+        // No way to be told of a release, or it failed just now: sleep through the poll interval.
+        if (!waited && executor.wait_for(wait, stop))
+          return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
       }
     }
 
@@ -350,7 +358,8 @@ class BasicMutex {
     }
 
     // An acquire whose reply was lost: read the row back rather than guess.
-    Result<guard_type> resolve_unknown_acquire(time_point sent) {
+    // std::nullopt: nothing landed and nobody holds the lock (try again).
+    std::optional<Result<guard_type>> resolve_unknown_acquire(time_point sent) {
       auto row = backend.inspect(lock_ref());
       if (!row) {
         // Still unknown: if our row did land, the next try finds it and adopts it.
@@ -361,7 +370,7 @@ class BasicMutex {
       if (*row && is_our_new_row((*row)->instance_id, (*row)->fence))
         return grant((*row)->fence, sent - age((*row)->seconds_since_heartbeat));
       if (*row) return contended((*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat);
-      return guard_type(Errc::lock_held, std::nullopt);  // nothing landed, and nobody holds it: try again
+      return std::nullopt;
     }
 
     // Heartbeats run on wake-ups: executor tasks that, when due, beat if the

@@ -317,3 +317,40 @@ TEST_CASE("same inputs, same trace", "[failure][determinism]") {
   };
   CHECK(run() == run());
 }
+
+TEST_CASE("an acquire that failed with an unknown outcome, and left nothing, is tried again", "[failure][unknown]") {
+  World w;
+  w.sim.server().fail_next(1, Errc::outcome_unknown);  // not applied, but reported as unknown
+  auto ga = w.a.try_acquire();
+  REQUIRE(ga);  // the read-back found no row, so one more try settled it
+  CHECK(ga.fence() == 1);
+}
+
+namespace {
+// A backend that can be told of releases, but whose waits always fail.
+struct BrokenWaitBackend : MemoryBackend {
+  using MemoryBackend::MemoryBackend;
+  Result<bool> wait_for_release(LockRef, std::chrono::nanoseconds) noexcept {
+    ++*waits;
+    return fail(Errc::backend_unavailable, "LISTEN failed");
+  }
+  std::shared_ptr<int> waits = std::make_shared<int>(0);
+};
+static_assert(BackendWaitsForRelease<BrokenWaitBackend>);
+}  // namespace
+
+TEST_CASE("a blocking acquire whose wait for release fails sleeps out the poll instead of spinning",
+          "[failure][wait]") {
+  World w;
+  auto ga = w.a.try_acquire();
+  BrokenWaitBackend backend(w.sim.server().shared_from_this(), "c");
+  auto waits = backend.waits;
+  BasicMutex<BrokenWaitBackend, ManualClock, NoMetrics, ManualExecutor> c(
+      std::move(backend), Options{.lock_name = "job", .instance_id = "c"}, w.sim.clock(), {}, w.sim.executor());
+  const auto start = w.sim.now();
+  auto gc = c.acquire(5s);
+  CHECK_FALSE(gc);
+  CHECK(gc.why() == Errc::timeout);
+  CHECK(w.sim.now() - start == 5s);
+  CHECK(*waits == 10);  // one failed wait per 500 ms poll, each followed by a sleep
+}
