@@ -128,6 +128,11 @@ TEST_CASE("the backend adds network timeouts to a DSN that does not set them", "
   CHECK(with_network_timeout("host=db tcp_user_timeout=500 keepalives_count=9", 10s) ==
         "host=db tcp_user_timeout=500 keepalives_count=9 keepalives_idle=5 keepalives_interval=2");
   CHECK(with_network_timeout("host=db", 0s) == "host=db");
+  // A password that merely contains a key's name does not count as setting it.
+  CHECK(with_network_timeout("host=db password=xtcp_user_timeout=1", 10s).find(" tcp_user_timeout=10000") !=
+        std::string::npos);
+  CHECK(pgmutex::postgres_detail::with_connect_timeout("host=db connect_timeout = 7", 5s) ==
+        "host=db connect_timeout = 7");
 
   // libpq takes them: a TCP connection with the defaults works.
   const Server s = server();

@@ -157,9 +157,21 @@ std::string scrub(std::string text, const std::vector<std::string>& secrets) {
 
 namespace {
 
-// Adds `key=value` unless the DSN already names the key.
+// Whether the DSN sets `key`: the name at the start of a keyword pair or a
+// URI parameter, followed by '=' (a password that merely contains it does not count).
+bool sets(std::string_view dsn, std::string_view key) {
+  for (std::size_t at = dsn.find(key); at != std::string_view::npos; at = dsn.find(key, at + 1)) {
+    const bool starts = at == 0 || is_space(dsn[at - 1]) || dsn[at - 1] == '?' || dsn[at - 1] == '&';
+    std::size_t after = at + key.size();
+    while (after < dsn.size() && is_space(dsn[after])) ++after;
+    if (starts && after < dsn.size() && dsn[after] == '=') return true;
+  }
+  return false;
+}
+
+// Adds `key=value` unless the DSN already sets the key.
 std::string with_setting(std::string dsn, std::string_view key, const std::string& value) {
-  if (dsn.find(key) != std::string::npos) return dsn;
+  if (sets(dsn, key)) return dsn;
   const std::string setting = std::string(key) + "=" + value;
   if (is_uri(dsn)) return dsn + (dsn.find('?') == std::string::npos ? "?" : "&") + setting;
   return dsn.empty() ? setting : dsn + " " + setting;
