@@ -16,9 +16,19 @@ cmake -S "$source" -B "$scratch/cmake" -DCMAKE_PREFIX_PATH="$root" >/dev/null
 cmake --build "$scratch/cmake" >/dev/null
 "$scratch/cmake/consumer"
 echo "find_package(pgmutex): consumer built and ran"
+if [ -f "$root/$libdir/pkgconfig/pgmutex-postgres.pc" ]; then
+  "$scratch/cmake/consumer_postgres"
+  echo "find_package(pgmutex), pgmutex::postgres: consumer built and ran"
+fi
 
 export PKG_CONFIG_PATH="$root/$libdir/pkgconfig"
 flags=$(pkg-config --define-variable=prefix="$root" --cflags --libs pgmutex)
 c++ -std=c++20 "$source/consumer.cpp" $flags -o "$scratch/pkg-consumer"
 "$scratch/pkg-consumer"
 echo "pkg-config pgmutex: consumer built and ran"
+if [ -f "$root/$libdir/pkgconfig/pgmutex-postgres.pc" ]; then
+  flags=$(pkg-config --define-variable=prefix="$root" --cflags --libs pgmutex-postgres)
+  c++ -std=c++20 "$source/consumer_postgres.cpp" $flags -o "$scratch/pkg-consumer-postgres"
+  "$scratch/pkg-consumer-postgres"
+  echo "pkg-config pgmutex-postgres: consumer built and ran"
+fi
