@@ -340,3 +340,22 @@ TEST_CASE("real time: SteadyClock, ThreadExecutor and MemoryBackend together", "
   CHECK(record.count("lost") == 1);
   CHECK(record.count("heartbeat_failed") >= 1);
 }
+
+namespace {
+// Calls every hook that takes no Error on a type that has none of them: it
+// must be constant-evaluable, i.e. there is nothing left to run.
+constexpr bool absent_hooks_are_empty() {
+  NoMetrics none;
+  call_acquired(none, "lock", "me", 1);
+  call_released(none, "lock", "me");
+  call_contended(none, "lock", "me");
+  call_stale_reclaimed(none, "lock", "me", "them");
+  call_alert(none, "lock", "them", 31.0);
+  call_heartbeat_latency(none, "lock", "me", 0.001);
+  return true;
+}
+}  // namespace
+
+TEST_CASE("an absent hook is no code at all", "[metrics]") {
+  STATIC_REQUIRE(absent_hooks_are_empty());
+}
