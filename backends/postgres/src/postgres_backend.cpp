@@ -267,6 +267,28 @@ struct PostgresBackend::Impl {
     return &it->second;
   }
 
+  // One statement: prepared on this connection if need be, then run outside
+  // any explicit transaction (the result outlives the transaction object).
+  template <class... Args>
+  pqxx::result exec(pqxx::connection& connection, bool borrowed, const Statement& statement, Args&&... args) {
+    prepare(connection, borrowed, statement);
+    pqxx::nontransaction tx(connection);
+    return tx.exec_prepared(statement.name, std::forward<Args>(args)...);
+  }
+
+  // One operation on `table`: serialized with every other operation of this
+  // backend, the table's statements made (and its name checked) first.
+  template <class T, class Body>
+  Result<T> on_table(std::string_view table, std::string_view what, Effect effect, Body&& body) noexcept {
+    std::lock_guard lock(mutex);
+    auto st = statements(table);
+    if (!st) return tl::unexpected(std::move(st.error()));
+    const TableStatements& statements_of_table = **st;
+    return run<T>(what, effect, [&](pqxx::connection& c, bool borrowed) -> Result<T> {
+      return body(c, borrowed, statements_of_table);
+    });
+  }
+
   // Runs one operation on a connection. A read or an idempotent write whose
   // connection turns out dead (say, the server dropped it while idle) is
   // retried once on a fresh one; a write never is: its outcome is reported
@@ -313,6 +335,12 @@ PostgresBackend::~PostgresBackend() = default;
 
 namespace {
 tl::unexpected<Error> moved_from() { return fail(Errc::invalid_argument, "this PostgresBackend was moved from"); }
+
+// A heartbeat or release that matched no row: the grant is gone.
+tl::unexpected<Error> no_row_for(const HolderKey& key) {
+  return fail(Errc::lock_not_held, lock_context(key.lock) + " has no row for instance '" +
+                                       std::string(key.instance_id) + "' with fence " + std::to_string(key.fence));
+}
 }  // namespace
 
 std::string PostgresBackend::redacted_dsn() const { return impl_ ? impl_->redacted : std::string(); }
@@ -352,17 +380,11 @@ Result<void> PostgresBackend::create_schema(std::string_view table) noexcept {
 
 Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request) noexcept {
   if (!impl_) return moved_from();
-  std::lock_guard lock(impl_->mutex);
-  auto st = impl_->statements(request.lock.table);
-  if (!st) return tl::unexpected(std::move(st.error()));
-  return impl_->run<AcquireResult>(
-      "acquire " + lock_context(request.lock), Effect::write,
-      [&](pqxx::connection& c, bool borrowed) -> Result<AcquireResult> {
-        impl_->prepare(c, borrowed, (*st)->acquire);
-        pqxx::nontransaction tx(c);
-        const pqxx::result r = tx.exec_prepared((*st)->acquire.name, std::string(request.lock.lock_name),
-                                                std::string(request.instance_id),
-                                                seconds_param(request.stale_threshold));
+  return impl_->on_table<AcquireResult>(
+      request.lock.table, "acquire " + lock_context(request.lock), Effect::write,
+      [&](pqxx::connection& c, bool borrowed, const TableStatements& st) -> Result<AcquireResult> {
+        const pqxx::result r = impl_->exec(c, borrowed, st.acquire, std::string(request.lock.lock_name),
+                                           std::string(request.instance_id), seconds_param(request.stale_threshold));
         const pqxx::row row = r.at(0);
         AcquireResult out;
         const bool have_current = !row[2].is_null();
@@ -383,8 +405,7 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
           // Lost a race with a concurrent insert: our snapshot predates the
           // winner's row, and ON CONFLICT DO NOTHING returns nothing. The
           // winner has committed by now, so a new statement can name it.
-          impl_->prepare(c, borrowed, (*st)->inspect);
-          const pqxx::result winner = tx.exec_prepared((*st)->inspect.name, std::string(request.lock.lock_name));
+          const pqxx::result winner = impl_->exec(c, borrowed, st.inspect, std::string(request.lock.lock_name));
           if (!winner.empty()) {
             out.holder = winner[0][1].as<std::string>();
             out.fence = winner[0][2].as<Fence>();
@@ -397,57 +418,35 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
 
 Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
   if (!impl_) return moved_from();
-  std::lock_guard lock(impl_->mutex);
-  auto st = impl_->statements(key.lock.table);
-  if (!st) return tl::unexpected(std::move(st.error()));
-  return impl_->run<void>("heartbeat " + lock_context(key.lock), Effect::idempotent_write,
-                          [&](pqxx::connection& c, bool borrowed) -> Result<void> {
-                            impl_->prepare(c, borrowed, (*st)->heartbeat);
-                            pqxx::nontransaction tx(c);
-                            const pqxx::result r =
-                                tx.exec_prepared((*st)->heartbeat.name, std::string(key.lock.lock_name),
-                                                 std::string(key.instance_id), key.fence);
-                            if (r.affected_rows() == 0)
-                              return fail(Errc::lock_not_held,
-                                          lock_context(key.lock) + " has no row for instance '" +
-                                              std::string(key.instance_id) + "' with fence " +
-                                              std::to_string(key.fence));
-                            return {};
-                          });
+  return impl_->on_table<void>(
+      key.lock.table, "heartbeat " + lock_context(key.lock), Effect::idempotent_write,
+      [&](pqxx::connection& c, bool borrowed, const TableStatements& st) -> Result<void> {
+        const pqxx::result r = impl_->exec(c, borrowed, st.heartbeat, std::string(key.lock.lock_name),
+                                           std::string(key.instance_id), key.fence);
+        if (r.affected_rows() == 0) return no_row_for(key);
+        return {};
+      });
 }
 
 Result<void> PostgresBackend::release(const HolderKey& key) noexcept {
   if (!impl_) return moved_from();
-  std::lock_guard lock(impl_->mutex);
-  auto st = impl_->statements(key.lock.table);
-  if (!st) return tl::unexpected(std::move(st.error()));
-  return impl_->run<void>("release " + lock_context(key.lock), Effect::write,
-                          [&](pqxx::connection& c, bool borrowed) -> Result<void> {
-                            impl_->prepare(c, borrowed, (*st)->release);
-                            pqxx::nontransaction tx(c);
-                            const pqxx::result r = tx.exec_prepared(
-                                (*st)->release.name, std::string(key.lock.lock_name), std::string(key.instance_id),
-                                key.fence, postgres_detail::release_channel(key.lock.table, key.lock.lock_name));
-                            if (r.empty())
-                              return fail(Errc::lock_not_held,
-                                          lock_context(key.lock) + " has no row for instance '" +
-                                              std::string(key.instance_id) + "' with fence " +
-                                              std::to_string(key.fence));
-                            return {};
-                          });
+  return impl_->on_table<void>(
+      key.lock.table, "release " + lock_context(key.lock), Effect::write,
+      [&](pqxx::connection& c, bool borrowed, const TableStatements& st) -> Result<void> {
+        const pqxx::result r =
+            impl_->exec(c, borrowed, st.release, std::string(key.lock.lock_name), std::string(key.instance_id),
+                        key.fence, postgres_detail::release_channel(key.lock.table, key.lock.lock_name));
+        if (r.empty()) return no_row_for(key);
+        return {};
+      });
 }
 
 Result<std::optional<LockRow>> PostgresBackend::inspect(LockRef lock_ref) noexcept {
   if (!impl_) return moved_from();
-  std::lock_guard lock(impl_->mutex);
-  auto st = impl_->statements(lock_ref.table);
-  if (!st) return tl::unexpected(std::move(st.error()));
-  return impl_->run<std::optional<LockRow>>(
-      "inspect " + lock_context(lock_ref), Effect::read,
-      [&](pqxx::connection& c, bool borrowed) -> Result<std::optional<LockRow>> {
-        impl_->prepare(c, borrowed, (*st)->inspect);
-        pqxx::nontransaction tx(c);
-        const pqxx::result r = tx.exec_prepared((*st)->inspect.name, std::string(lock_ref.lock_name));
+  return impl_->on_table<std::optional<LockRow>>(
+      lock_ref.table, "inspect " + lock_context(lock_ref), Effect::read,
+      [&](pqxx::connection& c, bool borrowed, const TableStatements& st) -> Result<std::optional<LockRow>> {
+        const pqxx::result r = impl_->exec(c, borrowed, st.inspect, std::string(lock_ref.lock_name));
         if (r.empty()) return std::optional<LockRow>{};
         return std::optional<LockRow>{row_from(r[0])};
       });
@@ -455,15 +454,10 @@ Result<std::optional<LockRow>> PostgresBackend::inspect(LockRef lock_ref) noexce
 
 Result<std::vector<LockRow>> PostgresBackend::list(std::string_view table) noexcept {
   if (!impl_) return moved_from();
-  std::lock_guard lock(impl_->mutex);
-  auto st = impl_->statements(table);
-  if (!st) return tl::unexpected(std::move(st.error()));
-  return impl_->run<std::vector<LockRow>>(
-      "list locks in '" + std::string(table) + "'", Effect::read,
-      [&](pqxx::connection& c, bool borrowed) -> Result<std::vector<LockRow>> {
-        impl_->prepare(c, borrowed, (*st)->list);
-        pqxx::nontransaction tx(c);
-        const pqxx::result r = tx.exec_prepared((*st)->list.name);
+  return impl_->on_table<std::vector<LockRow>>(
+      table, "list locks in '" + std::string(table) + "'", Effect::read,
+      [&](pqxx::connection& c, bool borrowed, const TableStatements& st) -> Result<std::vector<LockRow>> {
+        const pqxx::result r = impl_->exec(c, borrowed, st.list);
         std::vector<LockRow> rows;
         rows.reserve(r.size());
         for (const pqxx::row& row : r) rows.push_back(row_from(row));
@@ -473,17 +467,11 @@ Result<std::vector<LockRow>> PostgresBackend::list(std::string_view table) noexc
 
 Result<std::optional<LockRow>> PostgresBackend::force_release(LockRef lock_ref) noexcept {
   if (!impl_) return moved_from();
-  std::lock_guard lock(impl_->mutex);
-  auto st = impl_->statements(lock_ref.table);
-  if (!st) return tl::unexpected(std::move(st.error()));
-  return impl_->run<std::optional<LockRow>>(
-      "force-release " + lock_context(lock_ref), Effect::write,
-      [&](pqxx::connection& c, bool borrowed) -> Result<std::optional<LockRow>> {
-        impl_->prepare(c, borrowed, (*st)->force_release);
-        pqxx::nontransaction tx(c);
-        const pqxx::result r =
-            tx.exec_prepared((*st)->force_release.name, std::string(lock_ref.lock_name),
-                             postgres_detail::release_channel(lock_ref.table, lock_ref.lock_name));
+  return impl_->on_table<std::optional<LockRow>>(
+      lock_ref.table, "force-release " + lock_context(lock_ref), Effect::write,
+      [&](pqxx::connection& c, bool borrowed, const TableStatements& st) -> Result<std::optional<LockRow>> {
+        const pqxx::result r = impl_->exec(c, borrowed, st.force_release, std::string(lock_ref.lock_name),
+                                           postgres_detail::release_channel(lock_ref.table, lock_ref.lock_name));
         if (r.empty()) return std::optional<LockRow>{};
         return std::optional<LockRow>{row_from(r[0])};
       });
@@ -553,10 +541,8 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const Holder
       auto batch = impl_->run<void>(
           "heartbeat " + std::to_string(index.size()) + " locks in '" + std::string(table) + "'",
           Effect::idempotent_write, [&](pqxx::connection& c, bool borrowed) -> Result<void> {
-            impl_->prepare(c, borrowed, (*st)->heartbeat_many);
-            pqxx::nontransaction tx(c);
             const pqxx::result r =
-                tx.exec_prepared((*st)->heartbeat_many.name, text_array(names), text_array(instances), fences);
+                impl_->exec(c, borrowed, (*st)->heartbeat_many, text_array(names), text_array(instances), fences);
             std::set<std::tuple<std::string, std::string, Fence>> beaten;
             for (const pqxx::row& row : r)
               beaten.emplace(row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<Fence>());
