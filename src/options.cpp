@@ -88,7 +88,7 @@ std::string default_instance_id() {
   return hostname + suffix.data();
 }
 
-Result<ValidOptions> validate(Options o) {
+Result<ValidOptions> validate(Options o, BackendTraits backend) {
   if (auto r = validate_lock_name(o.lock_name); !r) return tl::unexpected(r.error());
   if (o.instance_id.empty()) o.instance_id = default_instance_id();
   if (auto r = validate_lock_name(o.instance_id, "instance_id"); !r) return tl::unexpected(r.error());
@@ -105,16 +105,31 @@ Result<ValidOptions> validate(Options o) {
   if (!(o.alert_threshold < o.stale_threshold))
     return fail(Errc::invalid_argument, "alert_threshold (" + seconds_text(o.alert_threshold) +
                                             ") must be < stale_threshold (" + seconds_text(o.stale_threshold) + ")");
-  const nanoseconds margin =
-      o.safety_margin.value_or(std::min(o.stale_threshold / 10, (o.stale_threshold - o.heartbeat_interval) / 2));
+  const nanoseconds most_margin = (o.stale_threshold - o.heartbeat_interval) / 2;
+  const nanoseconds margin = o.safety_margin.value_or(
+      std::min(std::max(o.stale_threshold / 10, o.heartbeat_interval * 3 / 2), most_margin));
   if (margin <= nanoseconds::zero())
     return fail(Errc::invalid_argument, "safety_margin must be > 0, got " + seconds_text(margin));
   if (!(o.stale_threshold - margin > o.heartbeat_interval))
     return fail(Errc::invalid_argument, "stale_threshold - safety_margin (" + seconds_text(o.stale_threshold - margin) +
                                             ") must be > heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
                                             "), or the holder's watchdog fires before its first heartbeat");
+  const nanoseconds attempt = o.heartbeat_timeout.value_or(std::min<nanoseconds>(margin / 3, std::chrono::seconds(10)));
+  if (attempt <= nanoseconds::zero())
+    return fail(Errc::invalid_argument, "heartbeat_timeout must be > 0, got " + seconds_text(attempt));
+  // A heartbeat sent just before the lease ends may take a whole attempt to
+  // fail; an acknowledged one that the server forgets (asynchronous commit)
+  // leaves the row one interval older than the holder believes.
+  const nanoseconds needed = attempt + (backend.heartbeat_commits_asynchronously ? o.heartbeat_interval : nanoseconds::zero());
+  if (margin < needed) {
+    std::string rule = "safety_margin (" + seconds_text(margin) + ") must be >= heartbeat_timeout (" + seconds_text(attempt) + ")";
+    if (backend.heartbeat_commits_asynchronously)
+      rule += " + heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
+              ", since heartbeats commit asynchronously) = " + seconds_text(needed);
+    return fail(Errc::invalid_argument, rule + ": one heartbeat attempt must end before anyone may reclaim");
+  }
   return ValidOptions{std::move(o.lock_name), std::move(o.instance_id), std::move(o.table), o.heartbeat_interval,
-                      o.alert_threshold,      o.stale_threshold,         o.poll_interval, margin};
+                      o.alert_threshold,      o.stale_threshold,         o.poll_interval, margin, attempt};
 }
 
 }  // namespace pgmutex

@@ -18,24 +18,39 @@ namespace pgmutex {
 
 using Fence = std::int64_t;
 
+// A random number drawn for each acquire attempt and stored in the row it
+// creates. It names one grant: an acquire whose reply was lost is resolved by
+// it (never by instance_id, which two objects may share), and heartbeat and
+// release match on it. 0 means none: a row made by the seed's package.
+using GrantToken = std::uint64_t;
+
 // Which lock: the table it lives in (a validated identifier) and its name.
 struct LockRef {
   std::string_view table;
   std::string_view lock_name;
 };
 
-// Which grant: a holder is named by instance and fence, so a stale holder can
-// never touch a row that was since granted to someone else.
+// Which grant: a holder is named by instance, fence and grant token, so a
+// stale holder can never touch a row that was since granted to someone else.
 struct HolderKey {
   LockRef lock;
   std::string_view instance_id;
   Fence fence = 0;
+  GrantToken token = 0;
+  // The longest the statement may take, reconnects included; past it the
+  // backend gives up with backend_unavailable (or outcome_unknown for a
+  // write that may have landed). Zero: the backend's own default.
+  std::chrono::nanoseconds timeout{0};
 };
 
 struct AcquireRequest {
   LockRef lock;
   std::string_view instance_id;
-  std::chrono::nanoseconds stale_threshold;  // a row older than this (server clock) may be taken over
+  // A row older than the larger of this and the threshold stored with the
+  // holder's grant (server clock) may be taken over. Stored with our grant.
+  std::chrono::nanoseconds stale_threshold;
+  GrantToken token = 0;  // stored in the row this attempt creates
+  std::chrono::nanoseconds timeout{0};  // as in HolderKey
 };
 
 // The outcome of one try. A losing try is not an error: it names the holder.
@@ -45,6 +60,7 @@ struct AcquireResult {
   std::string holder;         // lost: who holds it; won by takeover: the previous holder
   double holder_age_s = 0.0;  // lost: holder's seconds since heartbeat; takeover: previous holder's
   bool reclaimed = false;     // won by taking over a stale row
+  GrantToken holder_token = 0;  // lost: the holder's grant token (0 for a seed-made row)
 };
 
 // One row of the lock table, as an administrator sees it.
@@ -54,6 +70,8 @@ struct LockRow {
   Fence fence = 0;
   std::chrono::system_clock::time_point acquired_at;  // server clock
   double seconds_since_heartbeat = 0.0;               // server clock, computed in the statement
+  GrantToken token = 0;                               // 0: a row made by the seed's package
+  std::chrono::nanoseconds stale_threshold{0};        // the holder's; 0: not stored (a seed-made row)
 };
 
 // --- The required operations, one small concept each, so that a backend
@@ -107,6 +125,14 @@ concept BackendWaitsForRelease =
     requires(B& b, LockRef lock, std::chrono::nanoseconds timeout) {
       { b.wait_for_release(lock, timeout) } noexcept -> std::same_as<Result<bool>>;
     };
+
+// Whether a heartbeat the backend acknowledged can still be lost (Postgres with
+// synchronous_commit off: a server crash forgets the last commits). The mutex
+// then keeps a heartbeat interval more of margin. Absent: false.
+template <class B>
+concept BackendReportsCommitMode = requires(const B& b) {
+  { b.heartbeat_commits_asynchronously() } noexcept -> std::same_as<bool>;
+};
 
 // Heartbeat many grants in one statement; element i is false if key i is no longer held.
 template <class B>

@@ -47,11 +47,11 @@ class BasicMutex {
 
   // Throws InvalidArgumentError naming the option and the rule it breaks.
   BasicMutex(B backend, Options options, C clock = {}, M metrics = {}, E executor = {})
-      : state_(std::make_unique<State>(value_or_throw(validate(std::move(options))), std::move(backend),
+      : state_(std::make_unique<State>(value_or_throw(validate(std::move(options), traits_of(backend))), std::move(backend),
                                        std::move(clock), std::move(metrics), std::move(executor))) {}
 
   static Result<BasicMutex> create(B backend, Options options, C clock = {}, M metrics = {}, E executor = {}) {
-    auto valid = validate(std::move(options));
+    auto valid = validate(std::move(options), traits_of(backend));
     if (!valid) return tl::unexpected(std::move(valid.error()));
     return BasicMutex(std::make_unique<State>(std::move(*valid), std::move(backend), std::move(clock),
                                               std::move(metrics), std::move(executor)));
@@ -107,6 +107,11 @@ class BasicMutex {
   }
 
  private:
+  static BackendTraits traits_of(const B& backend) noexcept {
+    if constexpr (BackendReportsCommitMode<B>) return BackendTraits{backend.heartbeat_commits_asynchronously()};
+    else return BackendTraits{};
+  }
+
   explicit BasicMutex(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
   // Everything lives here, at a stable address, so that the guard and the

@@ -22,8 +22,16 @@ struct Options {
   std::chrono::nanoseconds poll_interval = 500ms;   // blocking acquire: time between tries
   // The holder declares its lease lost after stale_threshold - safety_margin
   // without a good heartbeat, so it stops before anyone can reclaim.
-  // Default: min(stale_threshold / 10, (stale_threshold - heartbeat_interval) / 2).
+  // It must cover one whole heartbeat attempt (heartbeat_timeout), plus one
+  // heartbeat_interval where the backend commits heartbeats asynchronously
+  // (a server crash may forget the last one it acknowledged).
+  // Default: max(stale_threshold / 10, 1.5 * heartbeat_interval), at most
+  // (stale_threshold - heartbeat_interval) / 2.
   std::optional<std::chrono::nanoseconds> safety_margin = std::nullopt;
+  // The longest one heartbeat or release attempt may take, reconnects
+  // included: the statement's lock_timeout and statement_timeout and the
+  // client's deadline on the socket. Default: min(safety_margin / 3, 10s).
+  std::optional<std::chrono::nanoseconds> heartbeat_timeout = std::nullopt;
 };
 
 // Options that passed validate(): instance_id and safety_margin are filled in.
@@ -36,13 +44,20 @@ struct ValidOptions {
   std::chrono::nanoseconds stale_threshold;
   std::chrono::nanoseconds poll_interval;
   std::chrono::nanoseconds safety_margin;
+  std::chrono::nanoseconds heartbeat_timeout;
 
   // How long the holder trusts its last good heartbeat.
   [[nodiscard]] std::chrono::nanoseconds lease() const { return stale_threshold - safety_margin; }
 };
 
+// What the backend tells the rules: whether an acknowledged heartbeat can
+// still be lost (asynchronous commit), so the margin must cover an interval more.
+struct BackendTraits {
+  bool heartbeat_commits_asynchronously = false;
+};
+
 // Checks every rule; the error names the option and the rule it breaks.
-[[nodiscard]] Result<ValidOptions> validate(Options options);
+[[nodiscard]] Result<ValidOptions> validate(Options options, BackendTraits backend = {});
 
 // Each rule on its own, for the command-line tool and backends.
 [[nodiscard]] Result<void> validate_lock_name(std::string_view name, std::string_view option = "lock_name");
