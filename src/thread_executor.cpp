@@ -4,6 +4,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "io_pool.hpp"
 #include "pgmutex/executor.hpp"
 
 namespace pgmutex {
@@ -99,6 +100,8 @@ TaskId ThreadExecutor::schedule_after(std::chrono::nanoseconds delay, Task task)
 }
 
 void ThreadExecutor::cancel(TaskId id) { timer_thread().cancel(id); }
+
+void ThreadExecutor::post(Task task) { detail::post_to_io_pool(std::move(task)); }
 
 bool ThreadExecutor::wait_for(std::chrono::nanoseconds delay, std::stop_token stop) {
   std::mutex mutex;

@@ -7,6 +7,14 @@
 //
 // Every operation has an expected-returning form (pass pgmutex::nothrow) and a
 // throwing form built on it.
+//
+// The execution model (DESIGN.md): the lease deadline is a timer task that does
+// no I/O and takes no lock an I/O path holds; statements run on the caller's
+// thread or, for the automatic heartbeat, on the executor's I/O side, each
+// with a deadline; stop callbacks and metrics hooks run with no internal lock
+// held. Three units show it: detail::GrantBook (the grant's bookkeeping behind
+// a short lock), the wake-up (on_wakeup: the lease timer and the heartbeat's
+// cadence) and the I/O (run_heartbeat, and the operations below).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stop_token>
 #include <string>
 #include <utility>
@@ -25,6 +34,7 @@
 #include "pgmutex/clock.hpp"
 #include "pgmutex/error.hpp"
 #include "pgmutex/executor.hpp"
+#include "pgmutex/detail/grant_book.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/guard.hpp"
 #include "pgmutex/metrics.hpp"
@@ -47,26 +57,38 @@ class BasicMutex {
 
   // Throws InvalidArgumentError naming the option and the rule it breaks.
   BasicMutex(B backend, Options options, C clock = {}, M metrics = {}, E executor = {})
-      : state_(std::make_unique<State>(value_or_throw(validate(std::move(options), traits_of(backend))), std::move(backend),
-                                       std::move(clock), std::move(metrics), std::move(executor))) {}
+      : state_(new State(value_or_throw(validate(std::move(options), traits_of(backend))), std::move(backend),
+                         std::move(clock), std::move(metrics), std::move(executor))) {}
 
   static Result<BasicMutex> create(B backend, Options options, C clock = {}, M metrics = {}, E executor = {}) {
     auto valid = validate(std::move(options), traits_of(backend));
     if (!valid) return tl::unexpected(std::move(valid.error()));
-    return BasicMutex(std::make_unique<State>(std::move(*valid), std::move(backend), std::move(clock),
-                                              std::move(metrics), std::move(executor)));
+    return BasicMutex(new State(std::move(*valid), std::move(backend), std::move(clock), std::move(metrics),
+                                std::move(executor)));
   }
 
-  BasicMutex(BasicMutex&&) noexcept = default;
-  BasicMutex& operator=(BasicMutex&&) noexcept = default;
-  ~BasicMutex() = default;
+  BasicMutex(BasicMutex&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  BasicMutex& operator=(BasicMutex&& other) noexcept {
+    if (this != &other) {
+      if (state_ != nullptr) State::drop_owner(state_);
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  BasicMutex(const BasicMutex&) = delete;
+  BasicMutex& operator=(const BasicMutex&) = delete;
+  // A guard that outlives its mutex keeps the lock (and its heartbeat) alive
+  // until it is released; the state goes with the last of them.
+  ~BasicMutex() {
+    if (state_ != nullptr) State::drop_owner(state_);
+  }
 
   [[nodiscard]] const ValidOptions& options() const noexcept { return state_->options; }
   [[nodiscard]] std::string_view lock_name() const noexcept { return state_->options.lock_name; }
   [[nodiscard]] std::string_view instance_id() const noexcept { return state_->options.instance_id; }
   [[nodiscard]] M& metrics() noexcept { return state_->metrics; }
 
-  // Creates the lock table if missing, upgrades one without a fence column. Idempotent.
+  // Creates the lock table if missing, upgrades one without our columns. Idempotent.
   Result<void> create_schema(nothrow_t) { return state_->create_schema(); }
   void create_schema() { value_or_throw(create_schema(nothrow)); }
 
@@ -96,14 +118,17 @@ class BasicMutex {
   Result<std::optional<LockRow>> inspect(nothrow_t) { return state_->inspect(); }
   std::optional<LockRow> inspect() { return value_or_throw(inspect(nothrow)); }
 
-  [[nodiscard]] bool held() const { return state_->is_held(); }
+  // Held through this object, and the lease not lost. Never waits for I/O.
+  [[nodiscard]] bool held() const noexcept { return state_->book.holds(); }
 
   // Wraps `fn` so that each call runs it only if the lock is acquired (one try,
   // or waiting per `wait`), passing it the guard or its stop_token if it takes
-  // one. The mutex must outlive the wrapper.
+  // one. The wrapper shares this mutex's state: it keeps working when the
+  // mutex is moved or destroyed.
   template <class F>
   Singleton<BasicMutex, F> singleton(F fn, WaitPolicy wait = {}) {
-    return Singleton<BasicMutex, F>(*this, std::move(fn), wait);
+    state_->add_owner();
+    return Singleton<BasicMutex, F>(BasicMutex(state_), std::move(fn), wait);
   }
 
  private:
@@ -112,87 +137,63 @@ class BasicMutex {
     else return BackendTraits{};
   }
 
-  explicit BasicMutex(std::unique_ptr<State> state) : state_(std::move(state)) {}
+  explicit BasicMutex(State* state) noexcept : state_(state) {}
 
-  // Everything lives here, at a stable address, so that the guard and the
-  // heartbeat task can point at it while the BasicMutex itself moves.
+  // Everything lives here, at a stable address, shared by the mutex, its
+  // guard, singleton wrappers and the executor's tasks.
   class State {
    public:
     using time_point = typename C::time_point;
+    using Book = detail::GrantBook<time_point>;
 
     State(ValidOptions o, B b, C c, M m, E e)
         : options(std::move(o)), backend(std::move(b)), clock(std::move(c)), metrics(std::move(m)),
-          executor(std::move(e)) {}
+          executor(std::move(e)), book(options.lease()), token_state_(std::random_device{}()) {
+      token_state_ = (token_state_ << 32) ^ std::random_device{}();
+    }
 
     State(const State&) = delete;
     State& operator=(const State&) = delete;
-
-    ~State() {
-      // Stop every wake-up first (cancel waits for one that is running), then,
-      // if a guard outlived its mutex, release so nobody waits out the threshold.
-      std::vector<Wakeup> pending;
-      {
-        detail::LightLock lock(mutex);
-        closing = true;
-        pending.swap(wakeups);
-      }
-      for (const Wakeup& w : pending) executor.cancel(w.task);
-      if (held) (void)release_grant(generation);
-    }
 
     ValidOptions options;
     [[no_unique_address]] B backend;
     [[no_unique_address]] C clock;
     [[no_unique_address]] M metrics;
     [[no_unique_address]] E executor;
+    Book book;
+
+    // ---- lifetime ---------------------------------------------------------
+    // Owners (the mutex, a live guard, singleton wrappers) keep it open; when
+    // the last one goes, wake-ups are cancelled. References (the owners as
+    // one, plus each posted task) keep it allocated.
+
+    PGMUTEX_ALWAYS_INLINE void add_owner() noexcept { owners_.add(); }
+    PGMUTEX_ALWAYS_INLINE static void drop_owner(State* s) noexcept {
+      if (!s->owners_.drop()) [[likely]]
+        return;
+      s->close();
+      drop_reference(s);
+    }
 
     // ---- operations ------------------------------------------------------
 
     Result<void> create_schema() {
-      detail::LightLock lock(mutex);
+      detail::LightLock io(io_mutex_);
       return with_context(backend.create_schema(options.table));
     }
 
     Result<std::optional<LockRow>> inspect() {
-      detail::LightLock lock(mutex);
+      detail::LightLock io(io_mutex_);
       return with_context(backend.inspect(lock_ref()));
     }
 
-    bool is_held() const {
-      detail::LightLock lock(mutex);
-      return held && !lost;
-    }
-
     Result<guard_type> try_acquire() {
-      detail::LightLock lock(mutex);
-      if (held && !lost)
-        return fail(Errc::already_acquired, context() + " is already held through this object (fence " +
-                                                std::to_string(fence) + "); release it before acquiring again");
-      time_point sent = clock.now();
-      auto outcome = backend.try_acquire(AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold});
-      if (!outcome && outcome.error() == Errc::outcome_unknown) {
-        if (auto resolved = resolve_unknown_acquire(sent)) return std::move(*resolved);
-        // Nothing landed and nobody holds the lock: one more try says which.
-        sent = clock.now();
-        outcome = backend.try_acquire(AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold});
-        if (!outcome && outcome.error() == Errc::outcome_unknown) {
-          if (auto resolved = resolve_unknown_acquire(sent)) return std::move(*resolved);
-          return fail(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies");
-        }
+      Attempt attempt;
+      {
+        detail::LightLock io(io_mutex_);
+        attempt = try_acquire_io();
       }
-      if (!outcome) return with_context<guard_type>(tl::unexpected(std::move(outcome.error())));
-      if (outcome->acquired) {
-        unknown_acquire_pending = false;
-        if (outcome->reclaimed) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, outcome->holder);
-        return grant(outcome->fence, sent);
-      }
-      // Our own row that an earlier acquire with a lost reply did create. Its
-      // lease counts from the row's last heartbeat, not from now.
-      if (unknown_acquire_pending && is_our_new_row(outcome->holder, outcome->fence)) {
-        unknown_acquire_pending = false;
-        return grant(outcome->fence, sent - age(outcome->holder_age_s));
-      }
-      return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
+      return finish(std::move(attempt));
     }
 
     Result<guard_type> acquire(std::optional<duration> timeout, std::stop_token stop) {
@@ -216,7 +217,7 @@ class BasicMutex {
         if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
         bool waited = false;
         if constexpr (BackendWaitsForRelease<B>) {
-          std::unique_lock lock(mutex);
+          detail::LightLock io(io_mutex_);
           waited = backend.wait_for_release(lock_ref(), wait).has_value();
         }
         // No way to be told of a release, or it failed just now: sleep through the poll interval.
@@ -226,92 +227,98 @@ class BasicMutex {
     }
 
     Result<void> release_current() {
-      std::uint64_t current = 0;
-      {
-        detail::LightLock lock(mutex);
-        if (!held) return fail(Errc::lock_not_held, context() + " is not held through this object");
-        current = generation;
-      }
-      return release_grant(current);
+      const auto current = book.held_generation();
+      if (!current) return fail(Errc::lock_not_held, context() + " is not held through this object");
+      return release_grant(*current);
     }
 
     Result<void> heartbeat_current() {
-      std::uint64_t current = 0;
-      {
-        detail::LightLock lock(mutex);
-        current = generation;
-      }
-      return heartbeat_grant(current);
+      const auto current = book.held_generation();
+      if (!current) return fail(Errc::lock_not_held, context() + " is not held through this object");
+      return heartbeat_grant(*current);
     }
 
     // ---- what the guard calls --------------------------------------------
 
-    bool grant_lost(std::uint64_t which) const {
-      detail::LightLock lock(mutex);
-      // An older grant whose guard is still alive ended by loss, or it would
-      // have been released before this object could acquire again.
-      return which == generation ? held && lost : which == lost_generation;
-    }
+    bool grant_lost(std::uint64_t which) const noexcept { return book.lost(which); }
+    std::stop_token grant_stop_token(std::uint64_t which) { return book.stop_token(which); }
 
-    std::stop_token grant_stop_token(std::uint64_t which) {
-      detail::LightLock lock(mutex);
-      if (which != generation) {
-        std::stop_source ended;  // the grant is over: a token that is already stopped
-        ended.request_stop();
-        return ended.get_token();
-      }
-      // Made on first request, so a grant nobody watches costs no allocation.
-      if (!stop_source) {
-        stop_source.emplace();
-        if (lost) stop_source->request_stop();
-      }
-      return stop_source->get_token();
-    }
-
+    // A manual heartbeat, on the caller's thread.
     Result<void> heartbeat_grant(std::uint64_t which) {
-      detail::LightLock lock(mutex);
-      if (!held || which != generation)
-        return fail(Errc::lock_not_held, context() + " is not held through this object");
-      if (lost) return fail(Errc::lock_not_held, context() + ": " + lost_reason.message());
-      if (auto beat = beat_once(); !beat) return beat;
+      const auto grant = book.beat_grant(which);
+      if (!grant) return fail(Errc::lock_not_held, context() + ": " + grant.error().detail);
+      Result<void> answer = beat(*grant, /*automatic=*/false);
+      if (!answer && answer.error() != Errc::lock_not_held) return answer;
+      if (!answer) return fail(Errc::lock_not_held, context() + ": " + book.lost_reason().message());
       return {};
     }
 
     Result<void> release_grant(std::uint64_t which) {
-      detail::LightLock lock(mutex);
-      if (!held || which != generation) return fail(Errc::lock_not_held, context() + " grant already ended");
-      // A pending heartbeat wake-up stays: it finds nothing held and ends,
-      // and keeps acquire/release cycles free of executor work.
-      held = false;
-      const bool was_lost = std::exchange(lost, false);
-      ++generation;  // the guard's grant is over: its lost()/stop_token() no longer apply
-      stop_source.reset();
-      const HolderKey key = holder_key();
-      Result<void> deleted = backend.release(key);
-      // Transient failures are retried; other errors end it.
-      for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
-        if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
+      auto ended = book.end(which);
+      if (!ended) return fail(Errc::lock_not_held, context() + " grant already ended");
+      // A pending wake-up stays: it finds nothing held and ends, and keeps
+      // acquire/release cycles free of executor work.
+      const HolderKey key = holder_key(ended->grant);
+      Result<void> deleted;
+      {
+        detail::LightLock io(io_mutex_);
         deleted = backend.release(key);
-        if (!deleted && deleted.error() == Errc::lock_not_held) {
-          // A retry after an unknown outcome finds the row gone: the first delete landed.
-          deleted = {};
-          break;
+        // Transient failures are retried; other errors end it.
+        for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
+          if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
+          deleted = backend.release(key);
+          if (!deleted && deleted.error() == Errc::lock_not_held) {
+            // A retry after an unknown outcome finds the row gone: the first delete landed.
+            deleted = {};
+            break;
+          }
         }
       }
       if (deleted) [[likely]] {
         call_released(metrics, options.lock_name, options.instance_id);
         return {};
       }
-      if (was_lost && deleted.error() == Errc::lock_not_held)
-        return fail(Errc::lock_not_held, context() + " was lost before release: " + lost_reason.message());
+      if (ended->was_lost && deleted.error() == Errc::lock_not_held)
+        return fail(Errc::lock_not_held, context() + " was lost before release: " + ended->lost_reason.message());
       return with_context(std::move(deleted));
     }
 
+    // The guard's reference: an owner, like the mutex.
+    friend guard_type;
+
    private:
     static constexpr int release_attempts = 3;
+    static constexpr std::chrono::milliseconds retry_base{100};
+
+    ~State() {
+      // Every owner is gone: no grant is held (a guard releases before it goes).
+      // A row that an acquire in doubt may have left is ours to remove.
+      detail::LightLock io(io_mutex_);
+      clean_up_rows_in_doubt();
+    }
+
+    PGMUTEX_ALWAYS_INLINE void add_reference() noexcept { references_.add(); }
+    PGMUTEX_ALWAYS_INLINE static void drop_reference(State* s) noexcept {
+      if (s->references_.drop()) delete s;
+    }
+
+    // The last owner went: no wake-up may run from now on. cancel() waits for
+    // a wake-up that is running; it may have posted a task, which holds its
+    // own reference.
+    void close() noexcept {
+      std::vector<Wakeup> pending;
+      {
+        detail::LightLock lock(wakeup_mutex_);
+        closing_ = true;
+        pending.swap(wakeups_);
+      }
+      for (const Wakeup& w : pending) executor.cancel(w.task);
+    }
 
     LockRef lock_ref() const noexcept { return LockRef{options.table, options.lock_name}; }
-    HolderKey holder_key() const noexcept { return HolderKey{lock_ref(), options.instance_id, fence}; }
+    HolderKey holder_key(const typename Book::Grant& g) const noexcept {
+      return HolderKey{lock_ref(), options.instance_id, g.fence, g.token, options.heartbeat_timeout};
+    }
     std::string context() const { return "lock '" + options.lock_name + "'"; }
 
     template <class T>
@@ -320,180 +327,240 @@ class BasicMutex {
       return std::move(r);
     }
 
-    // A row our lost-reply acquire created: ours, and with a fence drawn after
-    // every fence we saw before sending it. An older row of ours is a grant we
-    // already had (and lost): taking it again would hand out its fence twice.
-    bool is_our_new_row(std::string_view holder, Fence row_fence) const {
-      return holder == options.instance_id && row_fence > highest_fence_seen;
-    }
-
     static duration age(double seconds) {
       return std::chrono::duration_cast<duration>(std::chrono::duration<double>(seconds));
     }
 
-    // Called with `mutex` held. `sent`: when the server last stamped the row
-    // for us, on our clock, never later than the server's view.
-    Result<guard_type> grant(Fence granted, time_point sent) {
-      highest_fence_seen = std::max(highest_fence_seen, granted);
-      held = true;
-      lost = false;
-      fence = granted;
-      ++generation;
-      heartbeat_failures = 0;
-      stop_source.reset();
-      last_good_send = sent;
-      const time_point now = clock.now();
-      next_beat_at = now + next_heartbeat_delay(options.heartbeat_interval, now);
-      ensure_wakeup();
-      call_acquired(metrics, options.lock_name, options.instance_id, fence);
-      return guard_type(this, generation, fence);
+    // ---- acquiring: the statements under io_mutex_, the hooks after ---------
+
+    // What one try came to, and the hooks it owes, fired once io_mutex_ is left.
+    struct Attempt {
+      Result<void> error;  // set: the try failed
+      bool acquired = false;
+      Fence fence = 0;
+      GrantToken token = 0;
+      time_point sent{};
+      std::optional<std::string> reclaimed_from;
+      std::optional<HolderInfo> holder;  // not acquired: who holds it
+      bool alert = false;
+    };
+
+    // Called with io_mutex_ held.
+    Attempt try_acquire_io() {
+      Attempt out;
+      if (book.holds()) {
+        const auto g = book.current();
+        out.error = fail(Errc::already_acquired, context() + " is already held through this object (fence " +
+                                                     std::to_string(g ? g->fence : 0) +
+                                                     "); release it before acquiring again");
+        return out;
+      }
+      for (int tries = 0; tries < 2; ++tries) {
+        const GrantToken token = next_token();
+        const time_point sent = clock.now();
+        auto outcome = backend.try_acquire(
+            AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold, token, options.heartbeat_timeout});
+        if (outcome) {
+          if (outcome->acquired) {
+            out.acquired = true;
+            out.fence = outcome->fence;
+            out.token = token;
+            out.sent = sent;
+            if (outcome->reclaimed) out.reclaimed_from = std::move(outcome->holder);
+            return out;
+          }
+          // Our own row, created by an earlier acquire whose reply was lost:
+          // its lease counts from the row's last heartbeat, not from now.
+          if (is_in_doubt(outcome->holder_token)) return adopt(outcome->fence, outcome->holder_token, sent, outcome->holder_age_s);
+          return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
+        }
+        if (outcome.error() != Errc::outcome_unknown) {
+          out.error = with_context<void>(tl::unexpected(std::move(outcome.error())));
+          return out;
+        }
+        // The reply was lost: read the row back rather than guess. The token
+        // says whether it is ours, never the instance_id (two objects may share one).
+        in_doubt_.push_back(token);
+        auto row = backend.inspect(lock_ref());
+        if (!row) {
+          // Still unknown: if our row did land, the next contact finds it by its token.
+          out.error = fail(Errc::outcome_unknown,
+                           context() + ": acquire reply lost and read-back failed: " + row.error().message());
+          return out;
+        }
+        if (*row && is_in_doubt((*row)->token))
+          return adopt((*row)->fence, (*row)->token, sent, (*row)->seconds_since_heartbeat);
+        if (*row) return contended((*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat);
+        // Nothing landed and nobody holds the lock: one more try says which.
+      }
+      out.error = fail(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies");
+      return out;
     }
 
-    // Called with `mutex` held.
-    Result<guard_type> contended(std::string holder, Fence holder_fence, double age_s) {
-      if (!unknown_acquire_pending) highest_fence_seen = std::max(highest_fence_seen, holder_fence);
-      call_contended(metrics, options.lock_name, options.instance_id);
+    Attempt adopt(Fence fence, GrantToken token, time_point sent, double age_s) {
+      std::erase(in_doubt_, token);
+      Attempt out;
+      out.acquired = true;
+      out.fence = fence;
+      out.token = token;
+      out.sent = sent - age(age_s);
+      return out;
+    }
+
+    Attempt contended(std::string holder, Fence holder_fence, double age_s) {
+      Attempt out;
+      // Alert once per holder and fence.
       if (age_s >= std::chrono::duration<double>(options.alert_threshold).count() &&
-          !(alerted_fence == holder_fence && alerted_holder == holder)) {
-        alerted_holder = holder;
-        alerted_fence = holder_fence;
-        call_alert(metrics, options.lock_name, holder, age_s);
+          !(alerted_fence_ == holder_fence && alerted_holder_ == holder)) {
+        alerted_holder_ = holder;
+        alerted_fence_ = holder_fence;
+        out.alert = true;
       }
-      return guard_type(Errc::lock_held, HolderInfo{std::move(holder), holder_fence, age_s});
+      out.holder = HolderInfo{std::move(holder), holder_fence, age_s};
+      return out;
     }
 
-    // An acquire whose reply was lost: read the row back rather than guess.
-    // std::nullopt: nothing landed and nobody holds the lock (try again).
-    std::optional<Result<guard_type>> resolve_unknown_acquire(time_point sent) {
+    // Outside every lock: the grant is entered in the book, the wake-up is
+    // armed, and the hooks run.
+    Result<guard_type> finish(Attempt&& a) {
+      if (!a.error) return tl::unexpected(std::move(a.error.error()));
+      if (!a.acquired) {
+        call_contended(metrics, options.lock_name, options.instance_id);
+        if (a.alert) call_alert(metrics, options.lock_name, a.holder->instance_id, a.holder->seconds_since_heartbeat);
+        return guard_type(Errc::lock_held, std::move(a.holder));
+      }
+      const time_point now = clock.now();
+      const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval);
+      arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()));
+      if (a.reclaimed_from) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, *a.reclaimed_from);
+      call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
+      add_owner();
+      return guard_type(this, generation, a.fence);
+    }
+
+    bool is_in_doubt(GrantToken token) const noexcept {
+      return token != 0 && !in_doubt_.empty() && std::ranges::find(in_doubt_, token) != in_doubt_.end();
+    }
+
+    // Called with io_mutex_ held: rows that acquires in doubt created after
+    // all, found by their tokens and removed.
+    void clean_up_rows_in_doubt() noexcept {
+      if (in_doubt_.empty()) return;
       auto row = backend.inspect(lock_ref());
-      if (!row) {
-        // Still unknown: if our row did land, the next try finds it and adopts it.
-        unknown_acquire_pending = true;
-        return fail(Errc::outcome_unknown, context() + ": acquire reply lost and read-back failed: " +
-                                               row.error().message());
-      }
-      if (*row && is_our_new_row((*row)->instance_id, (*row)->fence))
-        return grant((*row)->fence, sent - age((*row)->seconds_since_heartbeat));
-      if (*row) return contended((*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat);
-      return std::nullopt;
+      if (row && *row && is_in_doubt((*row)->token))
+        (void)backend.release(HolderKey{lock_ref(), options.instance_id, (*row)->fence, (*row)->token,
+                                        options.heartbeat_timeout});
+      if (row) in_doubt_.clear();
     }
 
-    // Heartbeats run on wake-ups: executor tasks that, when due, beat if the
-    // lock is held and its beat is due. A wake-up is never cancelled while
-    // the mutex lives (cancel may wait for a running task that waits for our
-    // lock); one that is no longer needed finds nothing to do and ends.
+    // A fresh random token for each attempt: never 0 (0 is "no token").
+    GrantToken next_token() noexcept {
+      for (;;) {
+        // splitmix64: cheap, and seeded from the OS per mutex.
+        std::uint64_t z = (token_state_ += 0x9E3779B97F4A7C15ULL);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        if (z != 0) return z;
+      }
+    }
 
-    // Called with `mutex` held: makes sure a wake-up comes by next_beat_at.
-    void ensure_wakeup() {
-      if (closing) return;
-      for (const Wakeup& w : wakeups)
-        if (w.due <= next_beat_at) return;
-      const std::uint64_t id = ++last_wakeup;
-      const auto delay = std::max(duration::zero(), std::chrono::duration_cast<duration>(next_beat_at - clock.now()));
-      wakeups.push_back(Wakeup{id, 0, next_beat_at});
-      wakeups.back().task = executor.schedule_after(delay, [this, id] { on_wakeup(id); });
+    // ---- the heartbeat: a statement with no internal lock but io_mutex_ -----
+
+    // One heartbeat of grant `g`, on this thread; what its answer means goes
+    // into the book, and loss is announced once no lock is held.
+    Result<void> beat(const typename Book::Grant& g, bool automatic) {
+      Result<void> answer;
+      time_point sent{};
+      {
+        detail::LightLock io(io_mutex_);
+        sent = clock.now();  // after any wait for io_mutex_: when the statement really goes out
+        answer = backend.heartbeat(holder_key(g));
+      }
+      const time_point now = clock.now();
+      auto applied = book.apply_beat(g, sent, now, answer, automatic, options.heartbeat_interval, retry_base);
+      if (applied.next_wakeup) arm_wakeup(*applied.next_wakeup);
+      if (answer) {
+        call_heartbeat_latency(metrics, options.lock_name, options.instance_id,
+                               std::chrono::duration<double>(now - sent).count());
+      } else if (answer.error() != Errc::lock_not_held) {
+        call_heartbeat_failed(metrics, options.lock_name, options.instance_id, answer.error());
+      }
+      if (applied.lost) announce_lost(std::move(*applied.lost));
+      return with_context(std::move(answer));
+    }
+
+    // Stops the grant's token (running its stop callbacks) and runs the lost
+    // hook: user code, so never under a lock of ours.
+    void announce_lost(detail::LostNotice notice) {
+      if (notice.stop) notice.stop->request_stop();
+      call_lost(metrics, options.lock_name, options.instance_id, notice.reason);
+    }
+
+    // Runs `fn` on the executor's I/O side, keeping this state alive meanwhile.
+    template <class F>
+    void post(F fn) {
+      add_reference();
+      executor.post([this, fn = std::move(fn)]() mutable {
+        fn();
+        drop_reference(this);
+      });
+    }
+
+    // ---- the wake-up: the lease timer and the heartbeat's cadence -----------
+    // A timer task that does no I/O: at the lease deadline it declares the
+    // lease lost, whatever any statement is doing; when a beat is due it
+    // posts the beat. A wake-up no longer needed finds nothing to do and ends.
+
+    // Makes sure a wake-up comes by `due`.
+    void arm_wakeup(time_point due) {
+      detail::LightLock lock(wakeup_mutex_);
+      if (closing_) return;
+      for (const Wakeup& w : wakeups_)
+        if (w.due <= due) return;
+      const std::uint64_t id = ++last_wakeup_;
+      const auto delay = std::max(duration::zero(), std::chrono::duration_cast<duration>(due - clock.now()));
+      wakeups_.push_back(Wakeup{id, 0, due});
+      wakeups_.back().task = executor.schedule_after(delay, [this, id] { on_wakeup(id); });
     }
 
     void on_wakeup(std::uint64_t id) {
-      detail::LightLock lock(mutex);
-      std::erase_if(wakeups, [id](const Wakeup& w) { return w.id == id; });
-      if (closing || !held || lost) return;
-      if (clock.now() < next_beat_at) {
-        ensure_wakeup();  // a wake-up left from an earlier grant: come back when this one's beat is due
-        return;
+      {
+        detail::LightLock lock(wakeup_mutex_);
+        std::erase_if(wakeups_, [id](const Wakeup& w) { return w.id == id; });
+        if (closing_) return;
       }
-      const auto beat = beat_once();
-      if (lost) return;
-      // Next: the regular cadence after success, a quick retry after a failure,
-      // and never later than the watchdog's deadline.
-      duration next = options.heartbeat_interval;
-      if (!beat) {
-        const auto backoff = retry_base * (1 << std::min(heartbeat_failures - 1, 6));
-        next = std::min(next, duration(backoff));
-      }
-      const time_point now = clock.now();
-      next_beat_at = now + next_heartbeat_delay(next, now);
-      ensure_wakeup();
+      auto due = book.on_timer(clock.now());
+      if (due.next_wakeup) arm_wakeup(*due.next_wakeup);
+      if (due.beat) post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); });
+      // Off the timer: a stop callback may block, and other locks' deadlines must not wait for it.
+      if (due.lost) post([this, notice = std::move(*due.lost)]() mutable { announce_lost(std::move(notice)); });
     }
 
-    // The wanted delay from `now`, but never past the watchdog's deadline.
-    duration next_heartbeat_delay(duration wanted, time_point now) const {
-      const auto until_deadline = std::chrono::duration_cast<duration>(last_good_send + options.lease() - now);
-      return std::clamp(until_deadline, duration::zero(), wanted);
-    }
-
-    // One heartbeat, with `mutex` held: the watchdog check, the statement, and
-    // what its answer means for the lease.
-    Result<void> beat_once() {
-      const time_point sent = clock.now();
-      if (sent - last_good_send >= options.lease()) {
-        declare_lost(Error(Errc::lease_lost, "no successful heartbeat for " + seconds(sent - last_good_send) +
-                                                 " (lease " + seconds(options.lease()) + ")"));
-        return fail(Errc::lock_not_held, context() + ": " + lost_reason.message());
-      }
-      auto beat = backend.heartbeat(holder_key());
-      if (beat) {
-        last_good_send = sent;
-        heartbeat_failures = 0;
-        call_heartbeat_latency(metrics, options.lock_name, options.instance_id,
-                               std::chrono::duration<double>(clock.now() - sent).count());
-        return {};
-      }
-      if (beat.error() == Errc::lock_not_held) {
-        declare_lost(Error(Errc::lease_lost, "row gone or granted to another holder: " + beat.error().detail));
-        return fail(Errc::lock_not_held, context() + ": " + lost_reason.message());
-      }
-      // Transient: retried, never taken as loss by itself; the watchdog decides.
-      ++heartbeat_failures;
-      call_heartbeat_failed(metrics, options.lock_name, options.instance_id, beat.error());
-      if (clock.now() - last_good_send >= options.lease())
-        declare_lost(Error(Errc::lease_lost, "no successful heartbeat within the lease of " + seconds(options.lease()) +
-                                                 "; last error: " + beat.error().message()));
-      return with_context(std::move(beat));
-    }
-
-    void declare_lost(Error reason) {
-      lost = true;
-      lost_generation = generation;
-      lost_reason = std::move(reason);
-      if (stop_source) stop_source->request_stop();
-      call_lost(metrics, options.lock_name, options.instance_id, lost_reason);
-    }
-
-    static std::string seconds(auto d) {
-      std::array<char, 32> text{};
-      std::snprintf(text.data(), text.size(), "%.1fs", std::chrono::duration<double>(d).count());
-      return text.data();
-    }
-
-    static constexpr std::chrono::milliseconds retry_base{100};
-
-    mutable detail::LightMutex mutex;  // serializes every backend call: a connection is never shared by two threads
-    bool held = false;
-    bool lost = false;
-    bool unknown_acquire_pending = false;
-    Fence fence = 0;
-    std::uint64_t generation = 0;  // bumped per grant and per release: stale guards and tasks see a mismatch
-    std::uint64_t lost_generation = 0;  // the last grant that was lost
-    time_point last_good_send{};   // send time of the last heartbeat (or acquire) the server accepted
     struct Wakeup {
       std::uint64_t id;
       TaskId task;
       time_point due;
     };
-    std::vector<Wakeup> wakeups;  // pending heartbeat wake-ups: one, but for a moment after a re-grant
-    std::uint64_t last_wakeup = 0;
-    time_point next_beat_at{};
-    bool closing = false;
-    int heartbeat_failures = 0;
-    std::optional<std::stop_source> stop_source;
-    Error lost_reason;
-    std::string alerted_holder;  // alert once per holder and fence
-    Fence alerted_fence = -1;
-    Fence highest_fence_seen = 0;  // granted to us or seen held, before any acquire in doubt
+
+    // Serializes statements: a backend connection never serves two threads.
+    // Held across I/O, so the book, the wake-ups and the guard never take it.
+    mutable detail::LightMutex io_mutex_;
+    std::vector<GrantToken> in_doubt_;  // tokens of acquires whose outcome is unknown (io_mutex_)
+    std::uint64_t token_state_;         // (io_mutex_)
+    std::string alerted_holder_;        // (io_mutex_)
+    Fence alerted_fence_ = -1;          // (io_mutex_)
+
+    detail::LightMutex wakeup_mutex_;  // held briefly; never across a task
+    std::vector<Wakeup> wakeups_;      // pending wake-ups: one, but for a moment after a re-grant
+    std::uint64_t last_wakeup_ = 0;
+    bool closing_ = false;
+
+    detail::LightRefCount owners_{1};
+    detail::LightRefCount references_{1};
   };
 
-  std::unique_ptr<State> state_;
+  State* state_;
 };
 
 }  // namespace pgmutex

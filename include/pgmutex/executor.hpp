@@ -26,16 +26,29 @@ concept ExecutorWaits = requires(E& e, std::chrono::nanoseconds delay, std::stop
   { e.wait_for(delay, stop) } -> std::same_as<bool>;
 };
 
+// Run `task` soon, off the timer: it may block (a statement). The heartbeat's
+// I/O and the lost notification (stop callbacks, the `lost` hook) go here, so
+// that a hung statement or a slow callback never delays a timer: the lease
+// deadline of every mutex keeps firing on time.
 template <class E>
-concept Executor = std::copyable<E> && ExecutorSchedules<E> && ExecutorWaits<E>;
+concept ExecutorPosts = requires(E& e, Task task) {
+  { e.post(std::move(task)) } -> std::same_as<void>;
+};
+
+template <class E>
+concept Executor = std::copyable<E> && ExecutorSchedules<E> && ExecutorWaits<E> && ExecutorPosts<E>;
 
 // One timer thread shared by every mutex in the process (not a thread per
-// mutex). An empty handle: copies are free and all reach the same thread.
+// mutex), whose tasks never do I/O; posted tasks run on a pool of I/O threads
+// that grows while every thread is busy (a hung statement takes one thread,
+// never the others' turn) and shrinks when they idle. An empty handle: copies
+// are free and all reach the same threads.
 class ThreadExecutor {
  public:
   TaskId schedule_after(std::chrono::nanoseconds delay, Task task);
   void cancel(TaskId id);
   bool wait_for(std::chrono::nanoseconds delay, std::stop_token stop);
+  void post(Task task);
 };
 
 }  // namespace pgmutex

@@ -46,9 +46,11 @@ class BasicGuard {
   BasicGuard& operator=(const BasicGuard&) = delete;
   ~BasicGuard() { reset(); }
 
-  // True while this guard owns its grant: acquired and not yet released.
-  // A lost lease still owns its grant until released: check lost().
-  explicit operator bool() const noexcept { return state_ != nullptr; }
+  // True while this guard holds the lock: acquired, not released, and the
+  // lease not lost. Never waits for I/O.
+  explicit operator bool() const noexcept { return state_ != nullptr && !state_->grant_lost(generation_); }
+  // True while this guard owns its grant: acquired and not yet released. A
+  // lost lease still owns its grant (the destructor releases it): see lost().
   [[nodiscard]] bool owns_lock() const noexcept { return state_ != nullptr; }
 
   // The fencing token of this grant: strictly increasing per lock. Pass it to
@@ -56,7 +58,8 @@ class BasicGuard {
   [[nodiscard]] Fence fence() const noexcept { return fence_; }
 
   // True once the lease is lost (watchdog expired, or the row was taken over).
-  [[nodiscard]] bool lost() const { return state_ != nullptr && state_->grant_lost(generation_); }
+  // Never waits for I/O.
+  [[nodiscard]] bool lost() const noexcept { return state_ != nullptr && state_->grant_lost(generation_); }
 
   // Stopped when the lease is lost. Long work polls it, or registers a std::stop_callback.
   [[nodiscard]] std::stop_token stop_token() const {
@@ -78,7 +81,10 @@ class BasicGuard {
   // Release now. Errc::lock_not_held if the row was no longer ours (lease lost).
   Result<void> release(nothrow_t) {
     if (state_ == nullptr) return fail(Errc::lock_not_held, "guard does not own a lock");
-    return std::exchange(state_, nullptr)->release_grant(generation_);
+    State* state = std::exchange(state_, nullptr);
+    auto released = state->release_grant(generation_);
+    State::drop_owner(state);  // the guard's share: the mutex itself may be gone
+    return released;
   }
   void release() { value_or_throw(release(nothrow)); }
 
@@ -90,7 +96,7 @@ class BasicGuard {
   BasicGuard(Errc why, std::optional<HolderInfo> holder) noexcept : why_(why), holder_(std::move(holder)) {}
 
   void reset() noexcept {
-    if (state_ != nullptr) (void)std::exchange(state_, nullptr)->release_grant(generation_);
+    if (state_ != nullptr) (void)release(nothrow);
   }
 
   State* state_ = nullptr;

@@ -45,7 +45,8 @@ using ran_t = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
 template <class Mutex, class F>
 class Singleton {
  public:
-  Singleton(Mutex& mutex, F fn, WaitPolicy wait) : mutex_(&mutex), fn_(std::move(fn)), wait_(wait) {}
+  // `mutex` shares the state of the mutex singleton() was called on.
+  Singleton(Mutex mutex, F fn, WaitPolicy wait) : mutex_(std::move(mutex)), fn_(std::move(fn)), wait_(wait) {}
 
   // Runs fn if the lock is acquired. void fn: true if it ran; else its result
   // if it ran, std::nullopt if another instance held the lock.
@@ -59,7 +60,7 @@ class Singleton {
       -> Result<singleton_detail::ran_t<singleton_detail::held_result_t<F, typename Mutex::guard_type, Args...>>> {
     using R = singleton_detail::held_result_t<F, typename Mutex::guard_type, Args...>;
     using Ran = singleton_detail::ran_t<R>;
-    auto guard = wait_.blocking ? mutex_->acquire(nothrow, wait_.timeout) : mutex_->try_acquire(nothrow);
+    auto guard = wait_.blocking ? mutex_.acquire(nothrow, wait_.timeout) : mutex_.try_acquire(nothrow);
     if (!guard) return tl::unexpected(std::move(guard.error()));
     if (!*guard) return Ran{};
     // The guard releases on the way out, also when fn throws.
@@ -72,7 +73,7 @@ class Singleton {
   }
 
  private:
-  Mutex* mutex_;
+  Mutex mutex_;
   F fn_;
   WaitPolicy wait_;
 };

@@ -81,6 +81,36 @@ class LightMutex {
   std::atomic<int> state_{0};
 };
 
+// A reference count as cheap as LightMutex: plain arithmetic while the process
+// has only ever had one thread, atomic read-modify-writes otherwise.
+class LightRefCount {
+ public:
+  explicit LightRefCount(int initial) noexcept : count_(initial) {}
+  PGMUTEX_ALWAYS_INLINE void add() noexcept {
+    if (single_threaded()) count_.store(count_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    else count_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // True when this was the last reference.
+  [[nodiscard]] PGMUTEX_ALWAYS_INLINE bool drop() noexcept {
+    if (single_threaded()) {
+      const int left = count_.load(std::memory_order_relaxed) - 1;
+      count_.store(left, std::memory_order_relaxed);
+      return left == 0;
+    }
+    return count_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  }
+
+ private:
+  PGMUTEX_ALWAYS_INLINE static bool single_threaded() noexcept {
+#if PGMUTEX_HAS_SINGLE_THREADED
+    return __libc_single_threaded != 0;
+#else
+    return false;
+#endif
+  }
+  std::atomic<int> count_;
+};
+
 // std::lock_guard for a LightMutex, but inlined for sure.
 class [[nodiscard]] LightLock {
  public:

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <utility>
 
@@ -30,6 +31,33 @@ class ManualExecutor {
   void cancel(TaskId id) {
     std::lock_guard lock(state_->mutex);
     std::erase_if(state_->queue, [id](const auto& entry) { return entry.first.id == id; });
+  }
+
+  // Posted tasks run at the current time, after the tasks already due: on the
+  // advancing thread, like every task here, so a simulation stays deterministic.
+  void post(Task task) { (void)schedule_after(std::chrono::nanoseconds::zero(), std::move(task)); }
+
+  // For a simulated statement that hangs: time passes and due tasks run (the
+  // lease deadlines among them) until `ready()` holds or `deadline` comes.
+  // Without a deadline it gives up (false) once no task is left that could
+  // make `ready()` true. Returns ready().
+  template <class Ready>
+  bool wait_until(std::optional<ManualClock::time_point> deadline, Ready&& ready) {
+    for (;;) {
+      if (ready()) return true;
+      Task task;
+      {
+        std::lock_guard lock(state_->mutex);
+        const auto first = state_->queue.begin();
+        if (first == state_->queue.end() || (deadline && first->first.due > *deadline)) break;
+        state_->clock.set(first->first.due);
+        task = std::move(first->second);
+        state_->queue.erase(first);
+      }
+      task();
+    }
+    if (deadline) state_->clock.set(*deadline);
+    return ready();
   }
 
   // A timed wait is virtual: it advances time, running whatever falls due.

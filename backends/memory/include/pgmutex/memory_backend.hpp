@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -22,6 +23,7 @@
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/options.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
+#include "pgmutex/testing/manual_executor.hpp"
 
 namespace pgmutex {
 
@@ -52,20 +54,60 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
  public:
   using TimeSource = std::function<std::chrono::nanoseconds()>;
   using Sleeper = std::function<void(std::chrono::nanoseconds)>;
+  // How a hung statement waits: until `ready()` or its timeout (none: no
+  // limit); returns ready(). Real time blocks the thread; virtual time lets
+  // the simulation run meanwhile.
+  using HangWaiter =
+      std::function<bool(std::optional<std::chrono::nanoseconds> timeout, const std::function<bool()>& ready)>;
 
-  // Real time: the server clock is the steady clock; latency really sleeps.
+  // Real time: the server clock is the steady clock; latency really sleeps,
+  // and a hung statement blocks its thread until unhang() or its timeout.
   static std::shared_ptr<MemoryServer> create() {
     const auto start = std::chrono::steady_clock::now();
-    return std::make_shared<MemoryServer>(
+    auto server = std::make_shared<MemoryServer>(
         [start] { return std::chrono::steady_clock::now() - start; },
         [](std::chrono::nanoseconds d) { std::this_thread::sleep_for(d); });
+    server->waiter_ = [raw = server.get()](std::optional<std::chrono::nanoseconds> timeout,
+                                            const std::function<bool()>& ready) {
+      std::unique_lock lock(raw->hang_mutex_);
+      if (!timeout) {
+        raw->unhung_.wait(lock, ready);
+        return true;
+      }
+      return raw->unhung_.wait_for(lock, *timeout, ready);
+    };
+    return server;
   }
 
   // Virtual time: the server clock follows `clock` (plus any skew set later);
-  // injected latency advances it.
+  // injected latency advances it. Nothing runs while a statement hangs: it
+  // waits out its timeout at once.
   static std::shared_ptr<MemoryServer> create(testing::ManualClock clock) {
-    return std::make_shared<MemoryServer>([clock] { return clock.now().time_since_epoch(); },
-                                          [clock](std::chrono::nanoseconds d) mutable { clock.advance(d); });
+    auto server = std::make_shared<MemoryServer>([clock] { return clock.now().time_since_epoch(); },
+                                                 [clock](std::chrono::nanoseconds d) mutable { clock.advance(d); });
+    server->waiter_ = [raw = server.get(), clock](std::optional<std::chrono::nanoseconds> timeout,
+                                                  const std::function<bool()>& ready) mutable {
+      if (!raw->locked(ready) && timeout) clock.advance(*timeout);
+      return raw->locked(ready);
+    };
+    return server;
+  }
+
+  // Virtual time run by `executor`: latency and hung statements let time pass
+  // through the executor, so the tasks that fall due meanwhile run (a lease
+  // deadline fires while a heartbeat hangs, as it does for real).
+  static std::shared_ptr<MemoryServer> create(testing::ManualExecutor executor) {
+    const testing::ManualClock clock = executor.clock();
+    auto server = std::make_shared<MemoryServer>(
+        [clock] { return clock.now().time_since_epoch(); },
+        [executor](std::chrono::nanoseconds d) mutable { executor.advance(d); });
+    server->waiter_ = [raw = server.get(), executor](std::optional<std::chrono::nanoseconds> timeout,
+                                                     const std::function<bool()>& ready) mutable {
+      std::optional<testing::ManualClock::time_point> deadline;
+      if (timeout) deadline = executor.clock().now() + *timeout;
+      return executor.wait_until(deadline, [&] { return raw->locked(ready); });
+    };
+    return server;
   }
 
   MemoryServer(TimeSource time, Sleeper sleeper) : time_(std::move(time)), sleeper_(std::move(sleeper)) {}
@@ -120,6 +162,31 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     lose_replies_ = n;
     rearm();
   }
+  // Every statement of the connection hangs, before it is applied, until
+  // unhang(): a statement waiting on a row lock (it then runs) or a frozen
+  // peer. One whose timeout (HolderKey / AcquireRequest) passes first fails
+  // with backend_unavailable and changes nothing.
+  void hang(std::string_view connection) {
+    {
+      std::lock_guard lock(hang_mutex_);
+      hung_.emplace(connection);
+    }
+    any_hung_.store(true, std::memory_order_release);
+  }
+  void unhang(std::string_view connection) {
+    {
+      std::lock_guard lock(hang_mutex_);
+      if (const auto it = hung_.find(connection); it != hung_.end()) hung_.erase(it);
+      any_hung_.store(!hung_.empty(), std::memory_order_release);
+    }
+    unhung_.notify_all();
+  }
+  // How many statements are hanging now.
+  [[nodiscard]] int hanging() const {
+    std::lock_guard lock(hang_mutex_);
+    return hanging_;
+  }
+
   // Moves the server clock relative to the clients' clocks (clock skew).
   void set_server_offset(std::chrono::nanoseconds offset) {
     detail::LightLock lock(mutex_);
@@ -152,6 +219,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     bool present = false;  // released rows stay allocated, so a cycle does not allocate
     std::string instance_id;
     Fence fence = 0;
+    GrantToken token = 0;
+    std::chrono::nanoseconds stale_threshold{};  // the holder's
     std::chrono::nanoseconds last_heartbeat{};
     std::chrono::nanoseconds acquired_at{};
   };
@@ -170,6 +239,40 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     const std::chrono::nanoseconds latency(latency_.load(std::memory_order_relaxed));
     if (latency > std::chrono::nanoseconds::zero()) [[unlikely]]
       sleeper_(latency);
+  }
+
+  // `ready` (which reads the hung connections) with hang_mutex_ held.
+  bool locked(const std::function<bool()>& ready) {
+    std::lock_guard lock(hang_mutex_);
+    return ready();
+  }
+
+  // Called before an operation takes mutex_: waits while its connection
+  // hangs. An error if its timeout passed first.
+  std::optional<Error> wait_if_hung(std::string_view connection, std::chrono::nanoseconds timeout) {
+    if (!any_hung_.load(std::memory_order_acquire)) [[likely]]
+      return std::nullopt;
+    const auto is_hung = [&] {
+      std::lock_guard lock(hang_mutex_);
+      return hung_.find(connection) != hung_.end();
+    };
+    if (!is_hung()) return std::nullopt;
+    {
+      std::lock_guard lock(hang_mutex_);
+      ++hanging_;
+    }
+    std::optional<std::chrono::nanoseconds> limit;
+    if (timeout > std::chrono::nanoseconds::zero()) limit = timeout;
+    const bool released = waiter_(limit, [&] { return hung_.find(connection) == hung_.end(); });
+    {
+      std::lock_guard lock(hang_mutex_);
+      --hanging_;
+    }
+    if (released) return std::nullopt;
+    return Error(Errc::backend_unavailable,
+                 "connection '" + std::string(connection) + "' hung: " +
+                     (limit ? "statement timed out after " + std::to_string(std::chrono::duration<double>(*limit).count()) + "s"
+                            : std::string("nothing left that could release it")));
   }
 
   // Called with mutex_ held after every change to the faults below: whether
@@ -239,7 +342,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
 
   LockRow to_row(std::string_view name, const Row& row) const {
-    return LockRow{std::string(name), row.instance_id, row.fence, wall(row.acquired_at), age_seconds(row)};
+    return LockRow{std::string(name), row.instance_id, row.fence, wall(row.acquired_at), age_seconds(row),
+                   row.token, row.stale_threshold};
   }
 
   mutable detail::LightMutex mutex_;  // held briefly: injected latency is waited before taking it
@@ -259,6 +363,13 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::chrono::nanoseconds offset_{};
   std::set<std::string, std::less<>> dropped_;
   std::set<std::string, std::less<>> partitioned_;
+  // Hung connections: their own std::mutex, since a real-time hang waits on a condition variable.
+  HangWaiter waiter_;
+  mutable std::mutex hang_mutex_;
+  std::condition_variable unhung_;
+  std::set<std::string, std::less<>> hung_;
+  int hanging_ = 0;
+  std::atomic<bool> any_hung_{false};
 };
 
 class MemoryBackend {
@@ -268,6 +379,10 @@ class MemoryBackend {
       : server_(std::move(server)), connection_(std::move(connection)) {}
 
   [[nodiscard]] const std::shared_ptr<MemoryServer>& server() const noexcept { return server_; }
+
+  // The timeout of statements that carry none (inspect, list, force_release)
+  // while their connection hangs. Zero: none.
+  void set_statement_timeout(std::chrono::nanoseconds timeout) noexcept { statement_timeout_ = timeout; }
 
   Result<void> create_schema(std::string_view table) noexcept {
     if (auto valid = validate_table_name(table); !valid) return valid;
@@ -280,8 +395,12 @@ class MemoryBackend {
 
   Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
     server_->delay();
-    detail::LightLock lock(server_->mutex_);
     Result<AcquireResult> out;  // built in place and returned by name: no moves of the holder string
+    if (auto hung = server_->wait_if_hung(connection_, request.timeout)) [[unlikely]] {
+      out = tl::unexpected(std::move(*hung));
+      return out;
+    }
+    detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) {
       out = tl::unexpected(std::move(*error));
       return out;
@@ -295,10 +414,13 @@ class MemoryBackend {
     const auto now = server_->now();
 
     AcquireResult& result = *out;
-    if (row.present && !(row.last_heartbeat < now - request.stale_threshold)) {
+    // Stale past the larger of our threshold and the holder's: a client with
+    // a shorter one cannot take a lock from a holder that keeps a longer one.
+    if (row.present && !(row.last_heartbeat < now - std::max(request.stale_threshold, row.stale_threshold))) {
       result.fence = row.fence;
       result.holder = row.instance_id;
       result.holder_age_s = server_->age_seconds(row);
+      result.holder_token = row.token;
     } else {
       if (row.present) {
         result.reclaimed = true;
@@ -308,6 +430,8 @@ class MemoryBackend {
       row.present = true;
       if (!detail::same_text(row.instance_id, request.instance_id)) row.instance_id.assign(request.instance_id);
       row.fence = ++found->table->sequence;
+      row.token = request.token;
+      row.stale_threshold = request.stale_threshold;
       row.last_heartbeat = row.acquired_at = now;
       result.acquired = true;
       result.fence = row.fence;
@@ -326,6 +450,8 @@ class MemoryBackend {
 
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept {
     server_->delay();
+    if (auto hung = server_->wait_if_hung(connection_, keys.empty() ? std::chrono::nanoseconds{} : keys[0].timeout))
+      return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     std::vector<bool> held;
@@ -347,6 +473,7 @@ class MemoryBackend {
 
   Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
     server_->delay();
+    if (auto hung = server_->wait_if_hung(connection_, statement_timeout_)) return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(table_name);
@@ -365,7 +492,9 @@ class MemoryBackend {
  private:
   // The row this holder owns, or nullptr if it was released or granted again.
   PGMUTEX_ALWAYS_INLINE static MemoryServer::Row* holder_row(MemoryServer::Row& row, const HolderKey& key) noexcept {
-    if (!row.present || row.fence != key.fence || !detail::same_text(row.instance_id, key.instance_id)) return nullptr;
+    if (!row.present || row.fence != key.fence || row.token != key.token ||
+        !detail::same_text(row.instance_id, key.instance_id))
+      return nullptr;
     return &row;
   }
 
@@ -400,6 +529,8 @@ class MemoryBackend {
   template <class Change>
   Result<std::optional<LockRow>> on_present_row(LockRef lock_ref, Change change) noexcept {
     server_->delay();
+    if (auto hung = server_->wait_if_hung(connection_, statement_timeout_)) [[unlikely]]
+      return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(lock_ref.table);
@@ -414,6 +545,8 @@ class MemoryBackend {
   template <class Change>
   Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
     server_->delay();
+    if (auto hung = server_->wait_if_hung(connection_, key.timeout)) [[unlikely]]
+      return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto found = row_for(key.lock);
@@ -429,6 +562,7 @@ class MemoryBackend {
 
   std::shared_ptr<MemoryServer> server_;
   std::string connection_;
+  std::chrono::nanoseconds statement_timeout_{};
   // Touched only with the server's mutex held.
   std::string cached_table_;
   std::string cached_lock_;

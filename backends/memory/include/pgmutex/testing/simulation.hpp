@@ -19,7 +19,7 @@ using SimMutex = BasicSimMutex<NoMetrics>;
 
 class Simulation {
  public:
-  Simulation() : executor_(clock_), server_(MemoryServer::create(clock_)) {}
+  Simulation() : executor_(clock_), server_(MemoryServer::create(executor_)) {}
 
   // An instance whose connection is named after its instance_id (for partition()).
   template <Metrics M = NoMetrics>

@@ -1,0 +1,13 @@
+// The I/O threads behind ThreadExecutor::post: private to the core library.
+#pragma once
+
+#include "pgmutex/executor.hpp"
+
+namespace pgmutex::detail {
+
+// Runs each posted task on an idle thread, or on a new one if none is idle:
+// a task that blocks (a hung statement) never delays another. A thread that
+// idles for a while ends, so a quiet process keeps no threads.
+void post_to_io_pool(Task task);
+
+}  // namespace pgmutex::detail
