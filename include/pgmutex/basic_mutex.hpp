@@ -35,6 +35,7 @@
 #include "pgmutex/error.hpp"
 #include "pgmutex/executor.hpp"
 #include "pgmutex/detail/grant_book.hpp"
+#include "pgmutex/detail/io_gate.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/guard.hpp"
 #include "pgmutex/metrics.hpp"
@@ -178,19 +179,22 @@ class BasicMutex {
     // ---- operations ------------------------------------------------------
 
     Result<void> create_schema() {
-      detail::LightLock io(io_mutex_);
+      detail::IoLock io(io_gate_);
+      if (!io) return reentered();
       return with_context(backend.create_schema(options.table));
     }
 
     Result<std::optional<LockRow>> inspect() {
-      detail::LightLock io(io_mutex_);
+      detail::IoLock io(io_gate_);
+      if (!io) return reentered();
       return with_context(backend.inspect(lock_ref()));
     }
 
     Result<guard_type> try_acquire() {
       Attempt attempt;
       {
-        detail::LightLock io(io_mutex_);
+        detail::IoLock io(io_gate_);
+        if (!io) return reentered();
         attempt = try_acquire_io();
       }
       return finish(std::move(attempt));
@@ -217,7 +221,8 @@ class BasicMutex {
         if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
         bool waited = false;
         if constexpr (BackendWaitsForRelease<B>) {
-          detail::LightLock io(io_mutex_);
+          detail::IoLock io(io_gate_);
+          if (!io) return reentered();
           waited = backend.wait_for_release(lock_ref(), wait).has_value();
         }
         // No way to be told of a release, or it failed just now: sleep through the poll interval.
@@ -259,9 +264,8 @@ class BasicMutex {
       // A pending wake-up stays: it finds nothing held and ends, and keeps
       // acquire/release cycles free of executor work.
       const HolderKey key = holder_key(ended->grant);
-      Result<void> deleted;
-      {
-        detail::LightLock io(io_mutex_);
+      Result<void> deleted = reentered();
+      if (detail::IoLock io(io_gate_); io) {
         deleted = backend.release(key);
         // Transient failures are retried; other errors end it.
         for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
@@ -293,8 +297,7 @@ class BasicMutex {
     ~State() {
       // Every owner is gone: no grant is held (a guard releases before it goes).
       // A row that an acquire in doubt may have left is ours to remove.
-      detail::LightLock io(io_mutex_);
-      clean_up_rows_in_doubt();
+      if (detail::IoLock io(io_gate_); io) clean_up_rows_in_doubt();
     }
 
     PGMUTEX_ALWAYS_INLINE void add_reference() noexcept { references_.add(); }
@@ -315,6 +318,11 @@ class BasicMutex {
       for (const Wakeup& w : pending) executor.cancel(w.task);
     }
 
+    tl::unexpected<Error> reentered() const {
+      return fail(Errc::backend_error, context() + ": called from inside a statement of the same mutex on this thread "
+                                                   "(a simulation runs tasks inside a hung statement)");
+    }
+
     LockRef lock_ref() const noexcept { return LockRef{options.table, options.lock_name}; }
     HolderKey holder_key(const typename Book::Grant& g) const noexcept {
       return HolderKey{lock_ref(), options.instance_id, g.fence, g.token, options.heartbeat_timeout};
@@ -331,9 +339,9 @@ class BasicMutex {
       return std::chrono::duration_cast<duration>(std::chrono::duration<double>(seconds));
     }
 
-    // ---- acquiring: the statements under io_mutex_, the hooks after ---------
+    // ---- acquiring: the statements under io_gate_, the hooks after ---------
 
-    // What one try came to, and the hooks it owes, fired once io_mutex_ is left.
+    // What one try came to, and the hooks it owes, fired once io_gate_ is left.
     struct Attempt {
       Result<void> error;  // set: the try failed
       bool acquired = false;
@@ -345,7 +353,7 @@ class BasicMutex {
       bool alert = false;
     };
 
-    // Called with io_mutex_ held.
+    // Called with io_gate_ held.
     Attempt try_acquire_io() {
       Attempt out;
       if (book.holds()) {
@@ -442,7 +450,7 @@ class BasicMutex {
       return token != 0 && !in_doubt_.empty() && std::ranges::find(in_doubt_, token) != in_doubt_.end();
     }
 
-    // Called with io_mutex_ held: rows that acquires in doubt created after
+    // Called with io_gate_ held: rows that acquires in doubt created after
     // all, found by their tokens and removed.
     void clean_up_rows_in_doubt() noexcept {
       if (in_doubt_.empty()) return;
@@ -465,16 +473,15 @@ class BasicMutex {
       }
     }
 
-    // ---- the heartbeat: a statement with no internal lock but io_mutex_ -----
+    // ---- the heartbeat: a statement with no internal lock but io_gate_ -----
 
     // One heartbeat of grant `g`, on this thread; what its answer means goes
     // into the book, and loss is announced once no lock is held.
     Result<void> beat(const typename Book::Grant& g, bool automatic) {
-      Result<void> answer;
-      time_point sent{};
-      {
-        detail::LightLock io(io_mutex_);
-        sent = clock.now();  // after any wait for io_mutex_: when the statement really goes out
+      Result<void> answer = reentered();
+      time_point sent = clock.now();
+      if (detail::IoLock io(io_gate_); io) {
+        sent = clock.now();  // after any wait for io_gate_: when the statement really goes out
         answer = backend.heartbeat(holder_key(g));
       }
       const time_point now = clock.now();
@@ -545,11 +552,11 @@ class BasicMutex {
 
     // Serializes statements: a backend connection never serves two threads.
     // Held across I/O, so the book, the wake-ups and the guard never take it.
-    mutable detail::LightMutex io_mutex_;
-    std::vector<GrantToken> in_doubt_;  // tokens of acquires whose outcome is unknown (io_mutex_)
-    std::uint64_t token_state_;         // (io_mutex_)
-    std::string alerted_holder_;        // (io_mutex_)
-    Fence alerted_fence_ = -1;          // (io_mutex_)
+    detail::IoGate io_gate_;
+    std::vector<GrantToken> in_doubt_;  // tokens of acquires whose outcome is unknown (io_gate_)
+    std::uint64_t token_state_;         // (io_gate_)
+    std::string alerted_holder_;        // (io_gate_)
+    Fence alerted_fence_ = -1;          // (io_gate_)
 
     detail::LightMutex wakeup_mutex_;  // held briefly; never across a task
     std::vector<Wakeup> wakeups_;      // pending wake-ups: one, but for a moment after a re-grant

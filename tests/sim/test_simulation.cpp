@@ -1,12 +1,16 @@
 // Randomized simulation, FoundationDB/VOPR style: one root seed, a stream per
-// component, virtual time, injected faults; after every step the safety
-// invariants are checked. A failure prints the seed; replay one with
+// component, virtual time, injected faults (failures, lost replies,
+// partitions, statements that hang until released, clients with different
+// stale thresholds); after every step the safety invariants are checked:
+// fences increase, at most one instance believes it holds, a believer's row
+// is its own, and no instance believes it holds past its lease deadline. A failure prints the seed; replay one with
 //   PGMUTEX_SIM_SEED=<seed> build/tests/sim/sim_tests
 #include "pgmutex/testing/simulation.hpp"
 #include "pgmutex/testing/prng.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdlib>
 #include <sstream>
 
@@ -35,8 +39,18 @@ Outcome simulate(std::uint64_t seed) {
   std::vector<SimMutex> instances;
   std::vector<SimMutex::guard_type> guards(instance_count);
   std::vector<bool> partitioned(instance_count, false);
-  for (int i = 0; i < instance_count; ++i)
-    instances.push_back(sim.instance(Options{.lock_name = "job", .instance_id = "i" + std::to_string(i)}));
+  std::vector<bool> hung(instance_count, false);
+  // Each client keeps its own thresholds: a rival with a shorter one must not
+  // take the lock from a holder with a longer one before the holder gives up.
+  static constexpr std::array<std::chrono::seconds, 4> stale_choices{60s, 120s, 300s, 600s};
+  std::vector<std::chrono::nanoseconds> lease(instance_count);
+  for (int i = 0; i < instance_count; ++i) {
+    const auto stale = stale_choices[faults.below(stale_choices.size())];
+    instances.push_back(sim.instance(Options{.lock_name = "job", .instance_id = "i" + std::to_string(i),
+                                             .heartbeat_interval = 10s, .alert_threshold = 30s,
+                                             .stale_threshold = stale}));
+    lease[i] = instances.back().options().lease();
+  }
   instances[0].create_schema();
 
   Outcome out;
@@ -45,7 +59,7 @@ Outcome simulate(std::uint64_t seed) {
 
   for (int step = 0; step < steps_per_run && out.failure.empty(); ++step) {
     const int who = static_cast<int>(actions.below(instance_count));
-    switch (actions.below(8)) {
+    switch (actions.below(9)) {
       case 0:
       case 1:
         if (!guards[who] || guards[who].lost()) {
@@ -73,12 +87,19 @@ Outcome simulate(std::uint64_t seed) {
         if (faults.chance(1, 2)) sim.server().plan({MemoryServer::Fault::lose_reply});
         else sim.server().fail_next(static_cast<int>(faults.between(1, 3)));
         break;
+      case 5:
+        if (hung[who]) sim.server().unhang("i" + std::to_string(who));
+        else sim.server().hang("i" + std::to_string(who));
+        hung[who] = !hung[who];
+        break;
       default:
         sim.advance(std::chrono::seconds(time.between(1, 240)));
         break;
     }
 
-    // Safety: at most one instance believes it holds, and it holds the row.
+    // Safety: at most one instance believes it holds, it holds the row, and
+    // the row is younger than its lease (the server stamps a heartbeat after
+    // the holder sent it, so an older row means a deadline was missed).
     int believers = 0;
     for (int i = 0; i < instance_count; ++i) {
       if (!guards[i] || guards[i].lost()) continue;
@@ -87,6 +108,10 @@ Outcome simulate(std::uint64_t seed) {
       if (!row || row->fence != guards[i].fence() || row->instance_id != "i" + std::to_string(i)) {
         why << "step " << step << ": i" << i << " believes it holds fence " << guards[i].fence()
             << " but the row is " << (row ? row->instance_id + " fence " + std::to_string(row->fence) : "gone");
+        out.failure = why.str();
+      } else if (row->seconds_since_heartbeat >= std::chrono::duration<double>(lease[i]).count()) {
+        why << "step " << step << ": i" << i << " believes it holds, but its row is " << row->seconds_since_heartbeat
+            << " s old, past its lease of " << std::chrono::duration<double>(lease[i]).count() << " s";
         out.failure = why.str();
       }
     }
@@ -106,7 +131,7 @@ TEST_CASE("random schedules of acquires, releases, partitions and faults keep th
   if (const char* chosen = std::getenv("PGMUTEX_SIM_SEED")) {
     seeds.push_back(std::strtoull(chosen, nullptr, 10));
   } else {
-    for (std::uint64_t s = 1; s <= 2000; ++s) seeds.push_back(s);
+    for (std::uint64_t s = 1; s <= 10000; ++s) seeds.push_back(s);
   }
   int grants = 0;
   for (const auto seed : seeds) {

@@ -122,3 +122,33 @@ TEST_CASE("errors map to exception types that derive from std::system_error", "[
   CHECK(Error(Errc::timeout).message() == "timed out");
   CHECK(make_error_code(Errc::backend_unavailable).category().name() == std::string("pgmutex"));
 }
+
+TEST_CASE("the safety margin covers one heartbeat attempt, and an interval more for asynchronous commits",
+          "[options][guarantee]") {
+  const BackendTraits async{.heartbeat_commits_asynchronously = true};
+  // The seed's defaults (10 / 30 / 600 s) still validate, asynchronous commits included.
+  auto seed = validate(valid(), async);
+  REQUIRE(seed);
+  CHECK(seed->safety_margin == 60s);
+  CHECK(seed->heartbeat_timeout == 10s);
+
+  auto o = valid();
+  o.safety_margin = 20s;
+  o.heartbeat_timeout = 25s;
+  CHECK_THAT(rejection(o), Catch::Contains("safety_margin (20s) must be >= heartbeat_timeout (25s)"));
+  o.heartbeat_timeout = 15s;
+  CHECK(validate(o));  // synchronous: 20 s covers a 15 s attempt
+  auto r = validate(o, async);
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().detail, Catch::Contains("heartbeat_timeout (15s) + heartbeat_interval (10s"));
+  CHECK_THAT(r.error().detail, Catch::Contains("= 25s"));
+  o.heartbeat_timeout = 0s;
+  CHECK_THAT(rejection(o), Catch::Contains("heartbeat_timeout must be > 0"));
+
+  // Short thresholds get defaults that fit the rule, asynchronous commits included.
+  auto tight = validate(Options{.lock_name = "job", .instance_id = "a", .heartbeat_interval = 1s,
+                                .alert_threshold = 2s, .stale_threshold = 4s},
+                        async);
+  REQUIRE(tight);
+  CHECK(tight->safety_margin >= tight->heartbeat_timeout + tight->heartbeat_interval);
+}

@@ -381,7 +381,7 @@ class MemoryBackend {
   [[nodiscard]] const std::shared_ptr<MemoryServer>& server() const noexcept { return server_; }
 
   // The timeout of statements that carry none (inspect, list, force_release)
-  // while their connection hangs. Zero: none.
+  // while their connection hangs (default 30 s). Zero: none.
   void set_statement_timeout(std::chrono::nanoseconds timeout) noexcept { statement_timeout_ = timeout; }
 
   Result<void> create_schema(std::string_view table) noexcept {
@@ -562,7 +562,7 @@ class MemoryBackend {
 
   std::shared_ptr<MemoryServer> server_;
   std::string connection_;
-  std::chrono::nanoseconds statement_timeout_{};
+  std::chrono::nanoseconds statement_timeout_{std::chrono::seconds(30)};
   // Touched only with the server's mutex held.
   std::string cached_table_;
   std::string cached_lock_;

@@ -1,0 +1,53 @@
+// The lock that serializes one mutex's statements (a backend connection never
+// serves two threads at once). Not part of the API.
+#pragma once
+
+#include <atomic>
+#include <thread>
+
+#include "pgmutex/detail/light_mutex.hpp"
+
+namespace pgmutex::detail {
+
+// Held across a statement, so nothing that must answer while a statement
+// hangs (the grant's book, the lease timer, the guard's accessors) takes it.
+// A thread that already holds it is refused instead of deadlocking: that
+// happens only where a simulation runs tasks (a stop callback that calls
+// release(), say) inside a hung statement, on the statement's own thread.
+class IoGate {
+ public:
+  PGMUTEX_ALWAYS_INLINE bool enter() noexcept {
+    const std::thread::id me = std::this_thread::get_id();
+    if (owner_.load(std::memory_order_relaxed) == me) [[unlikely]]
+      return false;
+    mutex_.lock();
+    owner_.store(me, std::memory_order_relaxed);
+    return true;
+  }
+  PGMUTEX_ALWAYS_INLINE void leave() noexcept {
+    owner_.store(std::thread::id(), std::memory_order_relaxed);
+    mutex_.unlock();
+  }
+
+ private:
+  LightMutex mutex_;
+  std::atomic<std::thread::id> owner_{};  // compared only with the reader's own id
+};
+
+class [[nodiscard]] IoLock {
+ public:
+  PGMUTEX_ALWAYS_INLINE explicit IoLock(IoGate& gate) noexcept : gate_(gate), entered_(gate.enter()) {}
+  PGMUTEX_ALWAYS_INLINE ~IoLock() {
+    if (entered_) gate_.leave();
+  }
+  IoLock(const IoLock&) = delete;
+  IoLock& operator=(const IoLock&) = delete;
+  // False: this thread is already inside a statement of the same mutex.
+  explicit operator bool() const noexcept { return entered_; }
+
+ private:
+  IoGate& gate_;
+  bool entered_;
+};
+
+}  // namespace pgmutex::detail
