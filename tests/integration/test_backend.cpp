@@ -589,3 +589,14 @@ TEST_CASE("a user's pool: one borrowed connection per operation, always given ba
     CHECK(r.error().detail.find("pool exhausted") != std::string::npos);
   }
 }
+
+TEST_CASE("the backend says whether its heartbeats commit asynchronously, as its options ask", "[backend][commit]") {
+  static_assert(pgmutex::BackendReportsCommitMode<PostgresBackend>);
+  PostgresOptions on;
+  on.heartbeat_synchronous_commit_off = false;
+  PostgresOptions off;
+  off.heartbeat_synchronous_commit_off = true;
+  CHECK_FALSE(PostgresBackend("", on).heartbeat_commits_asynchronously());
+  CHECK(PostgresBackend("", off).heartbeat_commits_asynchronously());
+  CHECK(PostgresBackend("").heartbeat_commits_asynchronously());  // the default: off, as documented
+}

@@ -118,7 +118,7 @@ TEST_CASE("a frozen server: operations fail within their timeout instead of bloc
   // Prepares the release statement (and sets this timeout) before the freeze:
   // otherwise the PREPARE is what times out, and the release surely did not run.
   HolderKey not_ours = key;
-  not_ours.token = 99;
+  not_ours.fence += 1000;
   REQUIRE(b.release(not_ours).error() == Errc::lock_not_held);
 
   proxy.set("freeze");
