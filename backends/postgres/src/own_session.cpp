@@ -27,13 +27,6 @@ StatementFailure not_sent(StatementFailure failure) {
 
 }  // namespace
 
-Bound Bound::from(std::chrono::nanoseconds timeout) {
-  using std::chrono::milliseconds;
-  const auto whole = std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(timeout));
-  return Bound{std::chrono::steady_clock::now() + timeout, std::max(milliseconds(1), whole * 3 / 4),
-               std::max(milliseconds(1), whole / 2)};
-}
-
 OwnSession::OwnSession(std::string conninfo, std::string redacted, std::vector<std::string> secrets,
                        PostgresOptions options)
     : conninfo_(std::move(conninfo)), redacted_(std::move(redacted)), secrets_(std::move(secrets)), options_(options) {}
