@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "fault_proxy.hpp"
+#include "pgmutex/postgres_pool.hpp"
 #include "support.hpp"
 
 using namespace itest;
@@ -74,6 +75,40 @@ TEST_CASE("a heartbeat or release behind another session's row lock fails with b
   blocker->abort();
   CHECK(b.heartbeat(key));  // retryable: the same connection, the same grant
   CHECK(b.release(key));
+}
+
+namespace {
+// The smallest pool: one connection, lent to one borrower at a time.
+struct OneConnectionPool {
+  pqxx::connection connection{""};
+  pqxx::connection& borrow() { return connection; }
+  void give_back(pqxx::connection&) noexcept {}
+};
+}  // namespace
+
+TEST_CASE("a borrowed pool connection gets the server-side lock_timeout too", "[timeouts][rowlock][pool]") {
+  const std::string table = fresh_table("poollock");
+  OneConnectionPool pool;
+  PostgresBackend b = pgmutex::make_pooled_backend(pool);
+  REQUIRE(b.create_schema(table));
+  auto won = b.try_acquire(request(table, "job", 21));
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  const HolderKey key{LockRef{table, "job"}, "holder", won->fence, 21, 500ms};
+
+  pqxx::connection other("");
+  auto blocker = std::make_unique<pqxx::work>(other);
+  blocker->exec("SELECT 1 FROM " + table + " WHERE lock_name = 'job' FOR UPDATE");
+  auto beat = bounded([&] { return b.heartbeat(key); }, [&] { blocker->abort(); });
+  REQUIRE_FALSE(beat);
+  INFO(beat.error().message());
+  CHECK(beat.error() == Errc::backend_unavailable);
+  CHECK(beat.error().detail.find("55P03") != std::string::npos);
+  blocker->abort();
+  CHECK(b.heartbeat(key));
+  // The setting was transaction-local: nothing stays on the user's connection.
+  pqxx::nontransaction tx(pool.connection);
+  CHECK(tx.exec("SHOW lock_timeout")[0][0].as<std::string>() == "0");
 }
 
 TEST_CASE("a statement that runs past its timeout is cancelled by the server's statement_timeout",
