@@ -60,8 +60,6 @@ Result<std::unique_ptr<PooledSession>> PooledSession::borrow(ConnectionSource& s
 // Given back dead or alive: the pool decides.
 PooledSession::~PooledSession() { source_.give_back(connection_); }
 
-bool PooledSession::connection_open() const noexcept { return connection_.is_open(); }
-
 Outcome<Rows> PooledSession::run(const Statement& statement, const std::vector<std::string>& params, const Bound&) {
   try {
     // libpqxx accepts an identical redefinition, so a borrowed connection is simply told again.

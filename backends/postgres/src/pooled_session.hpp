@@ -21,8 +21,6 @@ class PooledSession final : public Session {
   static Result<std::unique_ptr<PooledSession>> borrow(ConnectionSource& source, const std::vector<std::string>& secrets);
   ~PooledSession() override;
 
-  [[nodiscard]] bool connection_open() const noexcept;
-
   Outcome<Rows> run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<std::string> table_oid(std::string_view table, const Bound& bound) override;
