@@ -105,14 +105,15 @@ BENCHMARK(mutex_cycle)->UseRealTime();
 void libpq_same_statements_cycle(benchmark::State& state) {
   setup_table("bench_cycle_libpq");
   const auto sql = pgmutex::postgres_detail::make_statements("bench_cycle_libpq", true);
-  const std::string channel = pgmutex::postgres_detail::release_channel("bench_cycle_libpq", "job");
+  const std::string lock_hash = pgmutex::postgres_detail::lock_hash("job");
   Pq pq;
   pq.prepare("acquire", sql.acquire.sql);
   pq.prepare("release", sql.release.sql);
   for (auto _ : state) {
-    const std::string fence = pq.run("acquire", {"job", "libpq", "600"});
+    // The parameters Mutex sends: lock, instance, stale seconds, token, lock_timeout (ms).
+    const std::string fence = pq.run("acquire", {"job", "libpq", "600", "12345", "5000"});
     if (fence.empty()) state.SkipWithError("not acquired");
-    pq.run("release", {"job", "libpq", fence, channel});
+    pq.run("release", {"job", "libpq", fence, "12345", lock_hash, "5000"});
   }
 }
 BENCHMARK(libpq_same_statements_cycle)->UseRealTime();

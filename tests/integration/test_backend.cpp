@@ -187,11 +187,17 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   const auto columns = admin(
       "SELECT column_name, data_type, column_default FROM information_schema.columns WHERE table_name = '" + table +
       "' ORDER BY ordinal_position");
-  REQUIRE(columns.size() == 6);
+  REQUIRE(columns.size() == 8);
   CHECK(columns[0][0].as<std::string>() == "lock_name");
   CHECK(columns[5][0].as<std::string>() == "fence");
   CHECK(columns[5][1].as<std::string>() == "bigint");
   CHECK(columns[5][2].as<std::string>() == "nextval('" + table + "_fence_seq'::regclass)");
+  // The grant's identity and its holder's threshold: nullable, so rows made by the seed's package fit.
+  CHECK(columns[6][0].as<std::string>() == "grant_token");
+  CHECK(columns[6][1].as<std::string>() == "bigint");
+  CHECK(columns[6][2].is_null());
+  CHECK(columns[7][0].as<std::string>() == "holder_stale_s");
+  CHECK(columns[7][1].as<std::string>() == "double precision");
   const auto constraints =
       admin("SELECT conname, contype FROM pg_constraint WHERE conrelid = '" + table + "'::regclass ORDER BY conname");
   REQUIRE(constraints.size() == 2);
@@ -494,7 +500,9 @@ TEST_CASE("wait_for_release wakes on the release's NOTIFY, or times out", "[back
   REQUIRE(woke);
   CHECK(*woke);
   CHECK(waited < 3s);
-  CHECK(PostgresBackend::release_channel(job).starts_with("pgmutex_"));
+  auto channel = waiter.release_channel(job);
+  REQUIRE(channel);
+  CHECK(channel->starts_with("pgmutex_"));
 }
 
 namespace {
@@ -580,4 +588,15 @@ TEST_CASE("a user's pool: one borrowed connection per operation, always given ba
     CHECK(r.error() == Errc::backend_unavailable);
     CHECK(r.error().detail.find("pool exhausted") != std::string::npos);
   }
+}
+
+TEST_CASE("the backend says whether its heartbeats commit asynchronously, as its options ask", "[backend][commit]") {
+  static_assert(pgmutex::BackendReportsCommitMode<PostgresBackend>);
+  PostgresOptions on;
+  on.heartbeat_synchronous_commit_off = false;
+  PostgresOptions off;
+  off.heartbeat_synchronous_commit_off = true;
+  CHECK_FALSE(PostgresBackend("", on).heartbeat_commits_asynchronously());
+  CHECK(PostgresBackend("", off).heartbeat_commits_asynchronously());
+  CHECK(PostgresBackend("").heartbeat_commits_asynchronously());  // the default: off, as documented
 }

@@ -39,6 +39,7 @@ TEST_CASE("pg_terminate_backend on the holder's connection: it reconnects, keeps
   o.heartbeat_interval = 1h;  // heartbeats only when the test says
   o.alert_threshold = 2h;
   o.stale_threshold = 3h;
+  o.safety_margin = 1h + 10min;  // heartbeats commit asynchronously: the margin covers an interval more
   pgmutex::testing::RecordingMetrics metrics;
   RecordingMutex holder(PostgresBackend("application_name=" + app), o, {}, metrics);
   holder.create_schema();

@@ -23,11 +23,27 @@ std::string bare_table(std::string_view table) {
 // nextval('"schema"."t_fence_seq"'): the identifier is validated ([A-Za-z0-9_]), so it is a safe literal.
 std::string nextval(std::string_view table) { return "nextval('" + quote_parts(sequence_of(table)) + "')"; }
 
-// The columns a LockRow is read from, in its order.
+// The columns a LockRow is read from, in its order. A seed-made row has no
+// token and no threshold: both read as 0.
 constexpr std::string_view row_columns =
     "lock_name, instance_id, fence, "
     "(extract(epoch FROM acquired_at) * 1000000)::bigint, "
-    "extract(epoch FROM now() - last_heartbeat)::float8";
+    "extract(epoch FROM now() - last_heartbeat)::float8, "
+    "coalesce(grant_token, 0), coalesce(holder_stale_s, 0)::float8";
+
+// The table's oid, computed by the server from the quoted name: every spelling
+// of one table gives one value. The name is validated, so it is a safe literal.
+std::string oid_of(std::string_view table) { return "('" + quote_parts(table) + "'::regclass)::oid::bigint"; }
+
+// The NOTIFY channel, built in SQL exactly as release_channel() builds it.
+std::string channel_sql(std::string_view table, std::string_view hash_param) {
+  return "'pgmutex_' || " + oid_of(table) + "::text || '_' || " + std::string(hash_param);
+}
+
+// A row is stale once older than the larger of the reclaimer's threshold ($3)
+// and the one its holder stored (NULL in a seed-made row: the reclaimer's).
+constexpr std::string_view stale_condition =
+    "last_heartbeat < now() - greatest($3::float8, coalesce(holder_stale_s, 0)) * interval '1 second'";
 
 }  // namespace
 
@@ -46,84 +62,97 @@ std::string hash_hex(std::string_view text) {
 
 std::string quote_table(std::string_view table) { return quote_parts(table); }
 
-std::string release_channel(std::string_view table, std::string_view lock_name) {
-  std::string key(table);
-  key.push_back('\0');
-  key.append(lock_name);
-  return "pgmutex_" + hash_hex(key);
+std::string lock_hash(std::string_view lock_name) { return hash_hex(lock_name); }
+
+std::string release_channel(std::string_view table_oid, std::string_view lock_name) {
+  return "pgmutex_" + std::string(table_oid) + "_" + lock_hash(lock_name);
 }
 
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync"));
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v3");
   TableStatements s;
   s.table = std::string(table);
+  // lock_timeout is read when a lock wait begins, so setting it inside the
+  // statement (in a FROM item, evaluated before any row reaches the update)
+  // bounds this statement's row-lock waits without a round trip of its own.
+  const auto lock_timeout = [](std::string_view param) {
+    return "set_config('lock_timeout', " + std::string(param) + ", true)";
+  };
 
   // Read the row; insert only if there is none (DO NOTHING if someone beat
   // us to it); take it over only if stale. Inserters of one lock draw their
-  // fence under a transaction advisory lock: without it, an insert that drew
-  // its fence, then waited on a rival's insert which committed and was
-  // released meanwhile, would land with a fence lower than the rival's grant.
-  // Only the insert path takes it (the row was absent), so a losing try
-  // against a held lock still touches nothing. A losing try changes no row, so it
-  // takes no row lock, no transaction id and writes no WAL. Under READ
-  // COMMITTED the UPDATE re-checks its WHERE on the newest row version, so of
-  // two reclaimers of one stale row only the first wins.
+  // fence under a transaction advisory lock keyed by the table's oid and the
+  // lock name (so every spelling of the table shares it): without it, an
+  // insert that drew its fence, then waited on a rival's insert which
+  // committed and was released meanwhile, would land with a fence lower than
+  // the rival's grant. Only the insert path takes it (the row was absent), so
+  // a losing try against a held lock still touches nothing: no row lock, no
+  // transaction id, no WAL. Under READ COMMITTED the UPDATE re-checks its
+  // WHERE on the newest row version, so of two reclaimers only the first wins.
   s.acquire = {"pgmutex_acquire" + suffix,
                "WITH cur AS ("
                " SELECT instance_id, fence, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
-               " last_heartbeat < now() - $3::float8 * interval '1 second' AS stale"
+               " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
                " ins AS ("
-               " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence)"
-               " SELECT $1, 1, $2, now(), now(), " + nextval(table) +
-               " FROM (SELECT pg_advisory_xact_lock(hashtext('" + std::string(table) + "'), hashtext($1))) AS serialized"
+               " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
+               " grant_token, holder_stale_s)"
+               " SELECT $1, 1, $2, now(), now(), " + nextval(table) + ", nullif($4::bigint, 0), $3::float8"
+               " FROM (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)))"
+               " AS serialized"
                " WHERE NOT EXISTS (SELECT 1 FROM cur)"
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
                " upd AS ("
                " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
-               " fence = " + nextval(table) +
-               " WHERE locked = 1 AND lock_name = $1 AND last_heartbeat < now() - $3::float8 * interval '1 second'"
+               " fence = " + nextval(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8"
+               " WHERE locked = 1 AND lock_name = $1 AND " + std::string(stale_condition) +
                " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) RETURNING fence)"
-               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age"
+               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age, c.token, c.stale"
                " FROM (VALUES (1)) AS one(x)"
                // A grant must survive a server crash even on a (pooled) session
                // that turned synchronous_commit off: raise it for this statement only.
                " CROSS JOIN (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
-               " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true)) AS durable"
+               " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true), " +
+                   lock_timeout("$5") + ") AS cfg"
                " LEFT JOIN cur AS c ON true"};
 
   // synchronous_commit is read at commit: set_config(..., true) inside the
   // statement makes this one implicit transaction skip the WAL flush wait.
   const std::string async_commit =
-      heartbeat_synchronous_commit_off ? " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS cfg" : "";
+      heartbeat_synchronous_commit_off ? ", set_config('synchronous_commit', 'off', true)" : "";
+  // A grant is named by instance, fence and token; a seed-made row (no token) by token 0.
   s.heartbeat = {"pgmutex_heartbeat" + suffix,
-                 "UPDATE " + t + " SET last_heartbeat = now()" + async_commit +
-                     " WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"};
+                 "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + async_commit +
+                     ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
+                     " AND coalesce(grant_token, 0) = $4::bigint"};
 
   s.heartbeat_many = {"pgmutex_heartbeat_many" + suffix,
                       "UPDATE " + t + " AS t SET last_heartbeat = now()" +
-                          " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(lock_name, instance_id, fence)" +
-                          (heartbeat_synchronous_commit_off
-                               ? ", (SELECT set_config('synchronous_commit', 'off', true)) AS cfg"
-                               : "") +
+                          " FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])"
+                          " AS k(lock_name, instance_id, fence, token)," +
+                          " (SELECT " + lock_timeout("$5") + async_commit + ") AS cfg" +
                           " WHERE t.locked = 1 AND t.lock_name = k.lock_name AND t.instance_id = k.instance_id"
-                          " AND t.fence = k.fence RETURNING t.lock_name, t.instance_id, t.fence"};
+                          " AND t.fence = k.fence AND coalesce(t.grant_token, 0) = k.token"
+                          " RETURNING t.lock_name, t.instance_id, t.fence, coalesce(t.grant_token, 0)"};
 
   // The NOTIFY is sent at commit, only if the row was ours.
   s.release = {"pgmutex_release" + suffix,
-               "WITH d AS (DELETE FROM " + t +
-                   " WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3 RETURNING 1)"
-                   " SELECT pg_notify($4, '') FROM d"};
+               "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$6") + ") AS cfg" +
+                   " WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
+                   " AND coalesce(grant_token, 0) = $4::bigint RETURNING 1)"
+                   " SELECT pg_notify(" + channel_sql(table, "$5") + ", '') FROM d"};
 
   s.inspect = {"pgmutex_inspect" + suffix,
                "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 AND lock_name = $1"};
   s.list = {"pgmutex_list" + suffix,
             "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 ORDER BY lock_name"};
   s.force_release = {"pgmutex_force_release" + suffix,
-                     "WITH d AS (DELETE FROM " + t + " WHERE locked = 1 AND lock_name = $1 RETURNING *)"
-                     " SELECT " + std::string(row_columns) + ", pg_notify($2, '') FROM d"};
+                     "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$3") + ") AS cfg" +
+                         " WHERE locked = 1 AND lock_name = $1 RETURNING " + t + ".*)"
+                         " SELECT " + std::string(row_columns) + ", pg_notify(" + channel_sql(table, "$2") +
+                         ", '') FROM d"};
   return s;
 }
 
@@ -134,7 +163,19 @@ std::string create_schema_sql(std::string_view table) {
   // table name (the default table keeps the seed's uq_mutex_lock).
   const std::string uq = "\"uq_" + bare + "\"";
   const std::string chk = "\"chk_locked\"";  // CHECK names are per table: the seed's name fits every table
-  return "CREATE SEQUENCE IF NOT EXISTS " + quote_parts(sequence_of(table)) + ";\n"
+  // Each missing column is added only after a catalog check: ALTER TABLE takes
+  // an ACCESS EXCLUSIVE lock even when IF NOT EXISTS makes it a no-op, and
+  // that would stall every holder's heartbeat on each create_schema call.
+  const auto add_if_missing = [&](std::string_view column, std::string_view definition) {
+    return "  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '" + t + "'::regclass AND attname = '" +
+           std::string(column) + "' AND NOT attisdropped) THEN\n"
+           "    ALTER TABLE " + t + " ADD COLUMN IF NOT EXISTS " + std::string(column) + " " +
+           std::string(definition) + ";\n  END IF;\n";
+  };
+  return "SET LOCAL client_min_messages = warning;\n"
+         // Two processes creating the schema at once would race on the catalog.
+         "SELECT pg_advisory_xact_lock(hashtext('pgmutex.create_schema'));\n"
+         "CREATE SEQUENCE IF NOT EXISTS " + quote_parts(sequence_of(table)) + ";\n"
          "CREATE TABLE IF NOT EXISTS " + t + " (\n"
          "  lock_name      VARCHAR(64) NOT NULL,\n"
          "  locked         INT NOT NULL DEFAULT 1,\n"
@@ -142,14 +183,17 @@ std::string create_schema_sql(std::string_view table) {
          "  last_heartbeat TIMESTAMPTZ NOT NULL,\n"
          "  acquired_at    TIMESTAMPTZ NOT NULL,\n"
          "  fence          BIGINT NOT NULL DEFAULT " + nextval(table) + ",\n"
+         "  grant_token    BIGINT,\n"
+         "  holder_stale_s DOUBLE PRECISION,\n"
          "  CONSTRAINT " + uq + " UNIQUE (locked, lock_name),\n"
          "  CONSTRAINT " + chk + " CHECK (locked = 1)\n"
-         ")";
-}
-
-std::string add_fence_sql(std::string_view table) {
-  return "ALTER TABLE " + quote_table(table) + " ADD COLUMN IF NOT EXISTS fence BIGINT NOT NULL DEFAULT " +
-         nextval(table);
+         ");\n"
+         // A table made by the seed's DDL (or an older pgmutex): existing rows
+         // get fresh fences, and no token or threshold (NULL).
+         "DO $pgmutex$ BEGIN\n" +
+         add_if_missing("fence", "BIGINT NOT NULL DEFAULT " + nextval(table)) +
+         add_if_missing("grant_token", "BIGINT") + add_if_missing("holder_stale_s", "DOUBLE PRECISION") +
+         "END $pgmutex$;\n";
 }
 
 }  // namespace pgmutex::postgres_detail

@@ -13,15 +13,18 @@ struct Statement {
   std::string sql;
 };
 
+// Parameters named "lock_timeout" are milliseconds as text, set with
+// set_config(..., true) inside the statement, before any row lock is waited for.
+// "token" is the grant token bit-cast to int64 (0: none, stored as NULL).
 struct TableStatements {
   std::string table;  // as the user wrote it (validated)
-  Statement acquire;         // $1 lock_name, $2 instance_id, $3 stale seconds (float8)
-  Statement heartbeat;       // $1 lock_name, $2 instance_id, $3 fence
-  Statement release;         // $1 lock_name, $2 instance_id, $3 fence, $4 channel
+  Statement acquire;         // $1 lock_name, $2 instance_id, $3 stale seconds (float8), $4 token, $5 lock_timeout
+  Statement heartbeat;       // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock_timeout
+  Statement release;         // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock hash, $6 lock_timeout
   Statement inspect;         // $1 lock_name
   Statement list;            // no parameters
-  Statement force_release;   // $1 lock_name, $2 channel
-  Statement heartbeat_many;  // $1 lock_name[], $2 instance_id[], $3 fence[]
+  Statement force_release;   // $1 lock_name, $2 lock hash, $3 lock_timeout
+  Statement heartbeat_many;  // $1 lock_name[], $2 instance_id[], $3 fence[], $4 token[], $5 lock_timeout
 };
 
 // `table` must have passed validate_table_name.
@@ -30,14 +33,22 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
 // "schema"."table" or "table".
 std::string quote_table(std::string_view table);
 
-// The schema statements, run in one transaction by create_schema.
+// create_schema's whole work, one multi-statement string that the server runs
+// as one implicit transaction: serialized by an advisory lock, it creates the
+// seed's table plus fence, and adds to an existing table (say, one made by the
+// seed's DDL) the columns it lacks. Nothing is spliced but the validated name.
 std::string create_schema_sql(std::string_view table);
-// "ALTER TABLE … ADD COLUMN fence …" for a table made by the seed.
-std::string add_fence_sql(std::string_view table);
 
-// The NOTIFY channel of one lock: an identifier derived by hashing, so any lock
-// name is safe. Used unquoted only after this function made it.
-std::string release_channel(std::string_view table, std::string_view lock_name);
+// Resolves a quoted table name ($1) to its oid, the lock's identity in Postgres:
+// `t` and `public.t` are one table, so they share advisory keys and channels.
+inline constexpr std::string_view table_oid_sql = "SELECT $1::regclass::oid::bigint";
+
+// The hash of a lock name that, with the table's oid, makes its NOTIFY channel.
+std::string lock_hash(std::string_view lock_name);
+
+// The NOTIFY channel of one lock: "pgmutex_<table oid>_<lock hash>", an
+// identifier whatever the lock name. The statements build the same text.
+std::string release_channel(std::string_view table_oid, std::string_view lock_name);
 
 // 64-bit FNV-1a, as 16 hex digits.
 std::string hash_hex(std::string_view text);

@@ -1,6 +1,9 @@
-// PostgresBackend: the lock table in Postgres, through libpqxx. This header
-// names neither libpqxx nor libpq, so including it costs little compile time;
-// the implementation lives in backends/postgres/src.
+// PostgresBackend: the lock table in Postgres. Its own connection is driven
+// through libpq's non-blocking API, so every operation ends by its deadline
+// (a frozen server included); a borrowed pool connection goes through libpqxx
+// (see postgres_pool.hpp for what that cannot bound). This header names
+// neither libpqxx nor libpq, so including it costs little compile time; the
+// implementation lives in backends/postgres/src.
 #pragma once
 
 #include <chrono>
@@ -29,6 +32,12 @@ struct PostgresOptions {
   std::chrono::nanoseconds reconnect_backoff = std::chrono::milliseconds(100);
   // Heartbeats may skip the WAL flush: losing one costs nothing. Acquires never do.
   bool heartbeat_synchronous_commit_off = true;
+  // The bound of an operation whose request names none (timeout 0), and of
+  // the LISTEN a wait_for_release sends first. Reconnects are included: the
+  // client gives up at the deadline (backend_unavailable, or outcome_unknown
+  // for an acquire or release that was sent); the server is told to give up
+  // sooner (statement_timeout 3/4 of it, lock_timeout 1/2).
+  std::chrono::nanoseconds default_timeout = std::chrono::seconds(10);
 };
 
 // A source of connections the backend borrows instead of owning one: defined
@@ -70,10 +79,15 @@ class PostgresBackend {
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
 
-  // The NOTIFY channel on which release() announces that `lock` is free (an
-  // identifier made by hashing the table and lock name).
-  [[nodiscard]] static std::string release_channel(LockRef lock);
+  // Whether heartbeats commit without waiting for the WAL flush
+  // (PostgresOptions::heartbeat_synchronous_commit_off): a server crash may
+  // then forget the last ones, and the mutex keeps more margin.
+  [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept;
 
+  // The NOTIFY channel on which release() announces that `lock` is free:
+  // "pgmutex_<table oid>_<hash of the lock name>". It needs the server (the
+  // table's oid, so every spelling of the table gives one channel).
+  Result<std::string> release_channel(LockRef lock) noexcept;
 
  private:
   struct Impl;

@@ -12,6 +12,15 @@
 // end of that operation; it never opens or closes the pool. It prepares its
 // statements on each connection it is given (once per connection and table)
 // and leaves no session state behind except those prepared statements.
+//
+// What a borrowed connection cannot bound: libpqxx 6's calls block, so only
+// the server ends them. Every statement that may wait for a row lock carries
+// lock_timeout (half the operation's timeout, set inside the statement), but
+// statement_timeout is not set (it would stay on your connection as session
+// state), and a frozen server (TCP open, nothing answered) blocks the call
+// until the connection's own TCP settings (tcp_user_timeout, keepalives) give
+// up, or for ever if they are off. Set them in your pool's DSN; a backend that
+// owns its connection has none of these limits.
 #pragma once
 
 #include <concepts>

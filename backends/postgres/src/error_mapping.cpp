@@ -1,0 +1,95 @@
+#include "error_mapping.hpp"
+
+#include <exception>
+#include <new>
+
+#include <pqxx/pqxx>
+
+#include "dsn.hpp"
+
+namespace pgmutex::postgres_detail {
+namespace {
+
+bool is_connection_state(std::string_view state) {
+  return state.starts_with("08") || state == "57P01" || state == "57P02" || state == "57P03" || state == "53300";
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+bool connection_gone(const StatementFailure& failure) noexcept {
+  return failure.kind == StatementFailure::Kind::timeout || failure.kind == StatementFailure::Kind::connection_lost ||
+         (failure.kind == StatementFailure::Kind::server && is_connection_state(failure.sqlstate));
+}
+
+bool may_retry(const StatementFailure& failure, Effect effect) noexcept {
+  if (failure.kind == StatementFailure::Kind::timeout) return false;  // its time is up
+  if (!connection_gone(failure)) return false;
+  if (effect != Effect::write) return true;
+  // The server said it ended the session: the statement did not run.
+  return !failure.sent || failure.kind == StatementFailure::Kind::server;
+}
+
+Error to_error(const StatementFailure& failure, std::string_view what, Effect effect,
+               const std::vector<std::string>& secrets) {
+  const auto describe = [&](const std::string& detail) {
+    return std::string(what) + ": " + scrub(trimmed(detail), secrets);
+  };
+  using Kind = StatementFailure::Kind;
+  switch (failure.kind) {
+    case Kind::timeout:
+    case Kind::connection_lost: {
+      const bool unknown = effect == Effect::write && failure.sent;
+      const std::string cause = failure.kind == Kind::timeout ? failure.message : "connection lost: " + failure.message;
+      if (unknown) return Error(Errc::outcome_unknown, describe(cause + " (the write may have been applied)"));
+      return Error(Errc::backend_unavailable, describe(cause));
+    }
+    case Kind::client:
+      return Error(Errc::backend_error, describe(failure.message));
+    case Kind::server:
+      break;
+  }
+  const std::string& state = failure.sqlstate;
+  const std::string cause = "SQLSTATE " + state + ": " + failure.message;
+  // The server said why the statement failed, so it was not applied.
+  if (is_connection_state(state)) return Error(Errc::backend_unavailable, describe(cause));
+  if (state == "42P01")
+    return Error(Errc::backend_error, describe(cause + " (the lock table does not exist: call create_schema() first)"));
+  if (state == "42703")
+    return Error(Errc::backend_error, describe(cause + " (the lock table lacks a column, e.g. one made by an older "
+                                                       "version: call create_schema() to upgrade it)"));
+  // Serialization, deadlock, lock_timeout (55P03), statement_timeout or cancel (57014): try again later.
+  if (state == "40001" || state == "40P01" || state == "55P03" || state == "57014")
+    return Error(Errc::backend_unavailable, describe(cause));
+  if (state.starts_with("22")) return Error(Errc::invalid_argument, describe(cause));
+  return Error(Errc::backend_error, describe(cause));
+}
+
+StatementFailure failure_from_current_exception() noexcept {
+  using Kind = StatementFailure::Kind;
+  try {
+    try {
+      throw;
+    } catch (const pqxx::in_doubt_error& e) {
+      return {Kind::connection_lost, {}, std::string("commit outcome unknown: ") + e.what(), true};
+    } catch (const pqxx::broken_connection& e) {
+      return {Kind::connection_lost, {}, e.what(), true};
+    } catch (const pqxx::sql_error& e) {
+      return {Kind::server, e.sqlstate(), e.what(), true};
+    } catch (const std::bad_alloc&) {
+      return {Kind::client, {}, "out of memory", false};
+    } catch (const std::exception& e) {
+      return {Kind::client, {}, e.what(), false};
+    } catch (...) {
+      return {Kind::client, {}, "unknown exception", false};
+    }
+  } catch (...) {  // building the message itself failed
+    return {};
+  }
+}
+
+}  // namespace pgmutex::postgres_detail

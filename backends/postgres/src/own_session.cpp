@@ -1,0 +1,131 @@
+#include "own_session.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include <libpq-fe.h>
+
+#include "dsn.hpp"
+#include "error_mapping.hpp"
+
+namespace pgmutex::postgres_detail {
+namespace {
+
+constexpr std::size_t max_listened_channels = 64;
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+// A failure before the statement itself was sent (a SET, a PREPARE): whatever
+// the operation, it did not run.
+StatementFailure not_sent(StatementFailure failure) {
+  failure.sent = false;
+  return failure;
+}
+
+}  // namespace
+
+OwnSession::OwnSession(std::string conninfo, std::string redacted, std::vector<std::string> secrets,
+                       PostgresOptions options)
+    : conninfo_(std::move(conninfo)), redacted_(std::move(redacted)), secrets_(std::move(secrets)), options_(options) {}
+
+void OwnSession::drop() noexcept {
+  connection_.reset();
+  prepared_.clear();
+  oids_.clear();
+  listening_.clear();
+  statement_timeout_ms_ = -1;
+}
+
+Result<void> OwnSession::ensure_connected(Deadline deadline) {
+  if (connection_ && connection_->usable()) return {};
+  drop();
+  // A DSN libpq cannot parse is the caller's mistake, not an outage: say so
+  // at once instead of retrying. libpq's message names the bad part.
+  char* parse_error = nullptr;
+  if (PQconninfoOption* parsed = PQconninfoParse(conninfo_.c_str(), &parse_error)) {
+    PQconninfoFree(parsed);
+  } else {
+    std::string cause = parse_error != nullptr ? trimmed(parse_error) : "out of memory";
+    if (parse_error != nullptr) PQfreemem(parse_error);
+    return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(cause, secrets_));
+  }
+  auto delay = options_.reconnect_backoff;
+  const int attempts = std::max(1, options_.reconnect_attempts);
+  std::string last;
+  int made = 0;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    if (attempt > 0) {
+      if (std::chrono::steady_clock::now() + delay >= deadline) break;  // no time left for another try
+      std::this_thread::sleep_for(delay);
+      delay *= 2;
+    }
+    ++made;
+    const Deadline connect_by = std::min(deadline, std::chrono::steady_clock::now() + options_.connect_timeout);
+    auto opened = PqConnection::open(conninfo_, connect_by);
+    if (opened) {
+      connection_.emplace(std::move(*opened));
+      return {};
+    }
+    last = opened.error().message;
+  }
+  return fail(Errc::backend_unavailable, "cannot connect to '" + redacted_ + "': " + scrub(last, secrets_) +
+                                             " (after " + std::to_string(made) +
+                                             (made == 1 ? " attempt)" : " attempts)"));
+}
+
+Outcome<void> OwnSession::use_statement_timeout(const Bound& bound) {
+  const long long ms = bound.statement_timeout.count();
+  if (ms == statement_timeout_ms_) return {};
+  auto set = connection().exec_params("SELECT set_config('statement_timeout', $1, false)", {std::to_string(ms)},
+                                      bound.deadline);
+  if (!set) return tl::unexpected(not_sent(std::move(set.error())));
+  statement_timeout_ms_ = ms;
+  return {};
+}
+
+Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) {
+  if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
+  if (!prepared_.contains(statement.name)) {
+    auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);
+    if (!prepared) return tl::unexpected(not_sent(std::move(prepared.error())));
+    prepared_.insert(statement.name);
+  }
+  return connection().exec_prepared(statement.name, params, bound.deadline);
+}
+
+Outcome<Rows> OwnSession::run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) {
+  if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
+  if (params.empty()) return connection().exec_simple(sql, bound.deadline);
+  return connection().exec_params(sql, params, bound.deadline);
+}
+
+Outcome<std::string> OwnSession::table_oid(std::string_view table, const Bound& bound) {
+  // Resolved once per connection: after a reconnect (say, the table was
+  // dropped and made again meanwhile) it is asked again.
+  if (const auto found = oids_.find(table); found != oids_.end()) return found->second;
+  auto rows = run_text(std::string(table_oid_sql), {quote_table(table)}, bound);
+  if (!rows) return tl::unexpected(std::move(rows.error()));
+  const std::string oid = rows->text(0, 0);
+  oids_.emplace(std::string(table), oid);
+  return oid;
+}
+
+Outcome<bool> OwnSession::wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) {
+  // The LISTEN stays on our connection, so a release between two waits is not missed.
+  if (!listening_.contains(channel)) {
+    if (listening_.size() >= max_listened_channels) {
+      if (auto cleared = run_text("UNLISTEN *", {}, bound); !cleared) return tl::unexpected(std::move(cleared.error()));
+      listening_.clear();
+    }
+    // The channel is an identifier that release_channel() made: safe to quote and send.
+    if (auto listened = run_text("LISTEN \"" + channel + "\"", {}, bound); !listened)
+      return tl::unexpected(std::move(listened.error()));
+    listening_.insert(channel);
+  }
+  return connection().wait_for_notification(channel, wait_until);
+}
+
+}  // namespace pgmutex::postgres_detail

@@ -1,0 +1,49 @@
+// The backend's own connection: opened on demand, with backoff, within the
+// operation's deadline; its prepared statements, table oids, LISTENs and
+// session statement_timeout remembered until it is dropped. Private to the backend.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "pgmutex/postgres_backend.hpp"
+#include "session.hpp"
+
+namespace pgmutex::postgres_detail {
+
+class OwnSession final : public Session {
+ public:
+  OwnSession(std::string conninfo, std::string redacted, std::vector<std::string> secrets, PostgresOptions options);
+
+  // Connects unless connected: up to options.reconnect_attempts tries, backing off, never past the deadline.
+  Result<void> ensure_connected(Deadline deadline);
+  // Forgets the connection and all it knew; the next operation opens another.
+  void drop() noexcept;
+
+  Outcome<Rows> run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) override;
+  Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
+  Outcome<std::string> table_oid(std::string_view table, const Bound& bound) override;
+  Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) override;
+
+ private:
+  // statement_timeout must be in force before a statement starts, so it is a
+  // session setting, sent only when an operation asks for another value.
+  Outcome<void> use_statement_timeout(const Bound& bound);
+  PqConnection& connection() { return *connection_; }
+
+  std::string conninfo_;
+  std::string redacted_;
+  std::vector<std::string> secrets_;
+  PostgresOptions options_;
+  std::optional<PqConnection> connection_;
+  std::unordered_set<std::string> prepared_;
+  std::map<std::string, std::string, std::less<>> oids_;
+  std::set<std::string, std::less<>> listening_;
+  long long statement_timeout_ms_ = -1;  // -1: not set on this connection
+};
+
+}  // namespace pgmutex::postgres_detail

@@ -1,0 +1,262 @@
+#include "pq_connection.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <utility>
+
+#include <libpq-fe.h>
+
+#include "pq_cancel.hpp"
+
+namespace pgmutex::postgres_detail {
+namespace {
+
+constexpr std::size_t max_pending_notifications = 1024;
+
+enum class Ready { yes, timed_out, failed };
+
+// Waits until `socket` is ready for `events` or the deadline passes. Rounds
+// the wait up to whole milliseconds so a wait never ends just short of it.
+Ready wait_socket(int socket, short events, Deadline deadline) {
+  if (socket < 0) return Ready::failed;
+  for (;;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds::zero()) return Ready::timed_out;
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    pollfd p{socket, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, 1 << 30)));
+    if (n > 0) return Ready::yes;
+    if (n == 0) continue;  // re-check the clock: poll may wake a little early
+    if (errno != EINTR) return Ready::failed;
+  }
+}
+
+std::string trimmed(const char* text) {
+  std::string out = text != nullptr ? text : "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+void ignore_notice(void*, const char*) {}
+
+StatementFailure timed_out(std::string_view during, bool sent) {
+  return StatementFailure{StatementFailure::Kind::timeout, {}, "timed out " + std::string(during), sent};
+}
+
+}  // namespace
+
+PqConnection::PqConnection(pg_conn* connection) noexcept
+    : connection_(connection), backend_pid_(PQbackendPID(connection)) {}
+
+PqConnection::PqConnection(PqConnection&& other) noexcept
+    : connection_(std::exchange(other.connection_, nullptr)),
+      backend_pid_(other.backend_pid_),
+      notified_channels_(std::move(other.notified_channels_)) {}
+
+PqConnection& PqConnection::operator=(PqConnection&& other) noexcept {
+  if (this != &other) {
+    if (connection_ != nullptr) PQfinish(connection_);
+    connection_ = std::exchange(other.connection_, nullptr);
+    backend_pid_ = other.backend_pid_;
+    notified_channels_ = std::move(other.notified_channels_);
+  }
+  return *this;
+}
+
+PqConnection::~PqConnection() {
+  if (connection_ != nullptr) PQfinish(connection_);
+}
+
+bool PqConnection::usable() const noexcept {
+  return connection_ != nullptr && PQstatus(connection_) == CONNECTION_OK;
+}
+
+Outcome<PqConnection> PqConnection::open(const std::string& conninfo, Deadline deadline) {
+  PGconn* c = PQconnectStart(conninfo.c_str());
+  if (c == nullptr) return tl::unexpected(StatementFailure{StatementFailure::Kind::client, {}, "out of memory", false});
+  const auto fail = [&](StatementFailure f) -> Outcome<PqConnection> {
+    PQfinish(c);
+    return tl::unexpected(std::move(f));
+  };
+  if (PQstatus(c) == CONNECTION_BAD)
+    return fail({StatementFailure::Kind::connection_lost, {}, trimmed(PQerrorMessage(c)), false});
+  // libpq's contract: start as if PQconnectPoll had asked to write. The socket
+  // may change between polls (another address, SSL, GSS): read it every time.
+  PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+  while (status != PGRES_POLLING_OK) {
+    if (status == PGRES_POLLING_FAILED)
+      return fail({StatementFailure::Kind::connection_lost, {}, trimmed(PQerrorMessage(c)), false});
+    const Ready ready = wait_socket(PQsocket(c), status == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
+    if (ready == Ready::timed_out) return fail(timed_out("while connecting", false));
+    if (ready == Ready::failed)
+      return fail({StatementFailure::Kind::connection_lost, {}, "cannot wait for the connection's socket", false});
+    status = PQconnectPoll(c);
+  }
+  // Never block in a send: a full socket buffer is waited for with the deadline.
+  if (PQsetnonblocking(c, 1) != 0)
+    return fail({StatementFailure::Kind::client, {}, trimmed(PQerrorMessage(c)), false});
+  // Notices (say, "relation exists, skipping") would go to stderr.
+  PQsetNoticeProcessor(c, ignore_notice, nullptr);
+  return PqConnection(c);
+}
+
+void PqConnection::abandon() noexcept {
+  if (connection_ == nullptr) return;
+  cancel_in_background(connection_);
+  PQfinish(connection_);
+  connection_ = nullptr;
+}
+
+StatementFailure PqConnection::broken(std::string_view during, bool sent) {
+  std::string message = std::string(during) + ": " + trimmed(connection_ != nullptr ? PQerrorMessage(connection_) : "");
+  abandon();
+  return StatementFailure{StatementFailure::Kind::connection_lost, {}, std::move(message), sent};
+}
+
+void PqConnection::collect_notifications() {
+  while (PGnotify* n = PQnotifies(connection_)) {
+    // Our own releases wake nobody here: this session is the releaser.
+    if (n->be_pid != backend_pid_) {
+      if (notified_channels_.size() >= max_pending_notifications) notified_channels_.pop_front();
+      notified_channels_.emplace_back(n->relname);
+    }
+    PQfreemem(n);
+  }
+}
+
+template <class Send>
+Outcome<Rows> PqConnection::run(Send&& send, Deadline deadline) {
+  if (!usable()) return tl::unexpected(broken("the connection is not open", false));
+  if (send(connection_) == 0) {
+    if (PQstatus(connection_) != CONNECTION_OK) return tl::unexpected(broken("sending the statement", false));
+    return tl::unexpected(StatementFailure{StatementFailure::Kind::client, {}, trimmed(PQerrorMessage(connection_)), false});
+  }
+  // From here the statement may reach the server.
+  for (;;) {
+    const int flushed = PQflush(connection_);
+    if (flushed == 0) break;
+    if (flushed < 0) return tl::unexpected(broken("sending the statement", true));
+    // The server may be blocked writing to us: read while waiting to write.
+    const Ready ready = wait_socket(PQsocket(connection_), POLLOUT | POLLIN, deadline);
+    if (ready == Ready::timed_out) {
+      abandon();
+      return tl::unexpected(timed_out("while sending the statement", true));
+    }
+    if (ready == Ready::failed || PQconsumeInput(connection_) == 0)
+      return tl::unexpected(broken("sending the statement", true));
+  }
+  return read_results(deadline);
+}
+
+Outcome<Rows> PqConnection::read_results(Deadline deadline) {
+  Rows rows;
+  std::optional<StatementFailure> failure;
+  for (;;) {
+    while (PQisBusy(connection_) != 0) {
+      const Ready ready = wait_socket(PQsocket(connection_), POLLIN, deadline);
+      if (ready == Ready::timed_out) {
+        abandon();
+        return tl::unexpected(timed_out("waiting for the server's answer", true));
+      }
+      if (ready == Ready::failed || PQconsumeInput(connection_) == 0)
+        return tl::unexpected(broken("reading the server's answer", true));
+      collect_notifications();
+    }
+    PGresult* result = PQgetResult(connection_);
+    if (result == nullptr) break;
+    const ExecStatusType status = PQresultStatus(result);
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+      // A multi-statement string yields a result each: the last one counts.
+      rows = Rows{};
+      const int n = PQntuples(result);
+      const int fields = PQnfields(result);
+      rows.rows.resize(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        auto& row = rows.rows[static_cast<std::size_t>(r)];
+        row.reserve(static_cast<std::size_t>(fields));
+        for (int f = 0; f < fields; ++f) {
+          if (PQgetisnull(result, r, f) != 0) row.emplace_back(std::nullopt);
+          else row.emplace_back(std::string(PQgetvalue(result, r, f), static_cast<std::size_t>(PQgetlength(result, r, f))));
+        }
+      }
+      rows.affected = std::strtol(PQcmdTuples(result), nullptr, 10);
+    } else if (!failure) {
+      const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+      failure = StatementFailure{state != nullptr ? StatementFailure::Kind::server : StatementFailure::Kind::connection_lost,
+                                 state != nullptr ? state : "", trimmed(PQresultErrorMessage(result)), true};
+    }
+    PQclear(result);
+  }
+  collect_notifications();
+  if (PQstatus(connection_) != CONNECTION_OK) {
+    // The server may have said why before it closed (57P01: terminated).
+    if (failure) {
+      abandon();
+      return tl::unexpected(std::move(*failure));
+    }
+    return tl::unexpected(broken("reading the server's answer", true));
+  }
+  if (failure) return tl::unexpected(std::move(*failure));
+  return rows;
+}
+
+Outcome<Rows> PqConnection::prepare(const std::string& name, const std::string& sql, Deadline deadline) {
+  return run([&](PGconn* c) { return PQsendPrepare(c, name.c_str(), sql.c_str(), 0, nullptr); }, deadline);
+}
+
+namespace {
+std::vector<const char*> values_of(const std::vector<std::string>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const std::string& p : params) values.push_back(p.c_str());
+  return values;
+}
+}  // namespace
+
+Outcome<Rows> PqConnection::exec_prepared(const std::string& name, const std::vector<std::string>& params,
+                                          Deadline deadline) {
+  const auto values = values_of(params);
+  return run([&](PGconn* c) {
+    return PQsendQueryPrepared(c, name.c_str(), static_cast<int>(values.size()), values.data(), nullptr, nullptr, 0);
+  }, deadline);
+}
+
+Outcome<Rows> PqConnection::exec_params(const std::string& sql, const std::vector<std::string>& params,
+                                        Deadline deadline) {
+  const auto values = values_of(params);
+  return run([&](PGconn* c) {
+    return PQsendQueryParams(c, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
+                             nullptr, 0);
+  }, deadline);
+}
+
+Outcome<Rows> PqConnection::exec_simple(const std::string& sql, Deadline deadline) {
+  return run([&](PGconn* c) { return PQsendQuery(c, sql.c_str()); }, deadline);
+}
+
+void PqConnection::discard_notifications(std::string_view channel) {
+  std::erase_if(notified_channels_, [&](const std::string& c) { return c == channel; });
+}
+
+Outcome<bool> PqConnection::wait_for_notification(std::string_view channel, Deadline deadline) {
+  if (!usable()) return tl::unexpected(broken("the connection is not open", false));
+  const auto take = [&] {
+    const auto before = notified_channels_.size();
+    discard_notifications(channel);
+    return notified_channels_.size() != before;
+  };
+  for (;;) {
+    if (PQconsumeInput(connection_) == 0) return tl::unexpected(broken("waiting for a notification", false));
+    collect_notifications();
+    if (take()) return true;
+    const Ready ready = wait_socket(PQsocket(connection_), POLLIN, deadline);
+    if (ready == Ready::timed_out) return false;  // nothing in flight: the connection stays good
+    if (ready == Ready::failed) return tl::unexpected(broken("waiting for a notification", false));
+  }
+}
+
+}  // namespace pgmutex::postgres_detail

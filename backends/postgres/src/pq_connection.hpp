@@ -1,0 +1,64 @@
+// One libpq connection driven through its non-blocking API, so that every
+// call ends by a deadline, whatever the peer does: a frozen server (TCP open,
+// nothing answered, the kernel still ACKing) fails the call on time instead of
+// blocking it, which libpqxx 6's blocking calls cannot do. Private to the backend.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "statement_outcome.hpp"
+
+struct pg_conn;
+
+namespace pgmutex::postgres_detail {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+class PqConnection {
+ public:
+  // Connects with PQconnectStart/PQconnectPoll; fails with Kind::timeout at `deadline`.
+  static Outcome<PqConnection> open(const std::string& conninfo, Deadline deadline);
+
+  PqConnection(PqConnection&& other) noexcept;
+  PqConnection& operator=(PqConnection&& other) noexcept;
+  PqConnection(const PqConnection&) = delete;
+  PqConnection& operator=(const PqConnection&) = delete;
+  ~PqConnection();
+
+  // False once the connection broke or a call timed out: drop it and open another.
+  [[nodiscard]] bool usable() const noexcept;
+
+  Outcome<Rows> prepare(const std::string& name, const std::string& sql, Deadline deadline);
+  Outcome<Rows> exec_prepared(const std::string& name, const std::vector<std::string>& params, Deadline deadline);
+  // One statement with parameters (extended protocol, unnamed).
+  Outcome<Rows> exec_params(const std::string& sql, const std::vector<std::string>& params, Deadline deadline);
+  // A parameterless string, possibly several statements (one implicit transaction).
+  Outcome<Rows> exec_simple(const std::string& sql, Deadline deadline);
+
+  // Waits for a NOTIFY on `channel` sent by another session: true if one came
+  // (or had already come) before `deadline`, false if not.
+  Outcome<bool> wait_for_notification(std::string_view channel, Deadline deadline);
+  // Forgets notifications that already arrived on `channel`.
+  void discard_notifications(std::string_view channel);
+
+ private:
+  explicit PqConnection(pg_conn* connection) noexcept;
+  template <class Send>
+  Outcome<Rows> run(Send&& send, Deadline deadline);
+  Outcome<Rows> read_results(Deadline deadline);
+  void collect_notifications();
+  // Gives up on the connection: a cancel is attempted in the background, and it is closed.
+  void abandon() noexcept;
+  StatementFailure broken(std::string_view during, bool sent);
+
+  pg_conn* connection_ = nullptr;
+  int backend_pid_ = 0;
+  // NOTIFYs from other sessions, read along with any result; a bounded backlog.
+  std::deque<std::string> notified_channels_;
+};
+
+}  // namespace pgmutex::postgres_detail
