@@ -206,9 +206,10 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
   add_connection_options(*run, args->connection);
   run->add_option("COMMAND", args->command, "the command and its arguments, after --")->type_name("");
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
-to what you protect) and PGMUTEX_INSTANCE in its environment. SIGINT, SIGTERM and
-SIGHUP are forwarded to it. pgmutex exits with its exit code (128+N if signal N
-killed it); 75 if the lock is taken; 70 if the lock was lost while it ran.
+to what you protect) and PGMUTEX_INSTANCE in its environment. Every signal pgmutex
+can catch (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, ...) is forwarded to
+it. pgmutex exits with its exit code (128+N if signal N killed it); 75 if the lock
+is taken; 70 if the lock was lost while it ran.
 
 Examples:
   pgmutex run --lock nightly-report -- ./report.sh

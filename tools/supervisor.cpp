@@ -1,6 +1,7 @@
 #include "supervisor.hpp"
 
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -49,8 +50,15 @@ SupervisionResult supervise(ChildProcess& child, SignalReader& signals, const Wa
 
     while (auto info = signals.next()) {
       const int signo = static_cast<int>(info->ssi_signo);
-      if (signo == SIGCHLD) continue;  // reaped at the top of the loop
+      const SignalRole role = role_of(signo);
+      // SIGCHLD: reaped at the top of the loop. SIGPIPE: our own write to a closed stderr.
+      if (role == SignalRole::child_exit || role == SignalRole::own) continue;
       if (!child_already_got(child, *info)) child.signal(signo);
+      // In a terminal's foreground group the command and we are one job:
+      // stop with it so that the shell takes the terminal back. (Stopped, we
+      // send no heartbeats: a stop longer than the lease loses the lock.)
+      // Otherwise only the command stops, and we keep the lock alive.
+      if (role == SignalRole::job_stop && !child.own_process_group()) ::kill(::getpid(), SIGSTOP);
     }
     if (lost.drain() && !result.lease_lost) {
       result.lease_lost = true;
