@@ -17,6 +17,7 @@
 #include "lock_events.hpp"
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
+#include "safety_margin.hpp"
 #include "signals.hpp"
 #include "supervisor.hpp"
 
@@ -45,21 +46,16 @@ std::string seconds_text(double seconds) {
   return buffer;
 }
 
-Options lock_options(const RunArgs& args) {
+// The command must be gone before anyone may reclaim the lock: the safety
+// margin covers --grace where the thresholds leave room (safety_margin.hpp).
+RunMargin lock_options(const RunArgs& args) {
   Options options;
   options.lock_name = args.lock;
   options.table = args.connection.table;
   options.heartbeat_interval = to_duration(args.heartbeat_s);
   options.alert_threshold = to_duration(args.thresholds.alert_s);
   options.stale_threshold = to_duration(args.thresholds.stale_s);
-  // The command must be gone before anyone may reclaim the lock: once the
-  // watchdog fires it gets SIGTERM, and SIGKILL after --grace. So the safety
-  // margin covers the grace (and a second more) where the thresholds leave room.
-  const auto wanted = to_duration(args.grace_s) + std::chrono::seconds(1);
-  if (auto valid = validate(options);
-      valid && valid->safety_margin < wanted && options.stale_threshold - wanted > options.heartbeat_interval)
-    options.safety_margin = wanted;
-  return options;
+  return plan_margin(std::move(options), to_duration(args.grace_s));
 }
 
 void check_usage(const RunArgs& args) {
@@ -67,8 +63,12 @@ void check_usage(const RunArgs& args) {
     throw Exit(exit_code::usage, "run: missing '--' before the command: pgmutex run --lock NAME -- COMMAND [ARGS...]");
   if (args.command.empty())
     throw Exit(exit_code::usage, "run: no command after '--': pgmutex run --lock NAME -- COMMAND [ARGS...]");
-  if (auto valid = validate(lock_options(args)); !valid)
-    throw Exit(exit_code::usage, "run: " + in_flag_terms(valid.error().detail));
+  if (auto valid = validate(lock_options(args).options, run_backend_traits); !valid) {
+    const std::string& rule = valid.error().detail;
+    const bool margin = rule.find("safety_margin") != std::string::npos;
+    throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
+                                     (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
+  }
 }
 
 // The one line a contender prints: who holds the lock and how late they are.
@@ -125,26 +125,22 @@ int execute(RunArgs& args) {
   InterruptWatch interrupts(signals);
 
   // A heartbeat stuck in the network (its statement, then one reconnect)
-  // must fail inside the safety margin, or the watchdog that runs between
-  // heartbeats comes too late.
-  const auto margin = validate(lock_options(args)).value().safety_margin;
+  // must fail within one attempt's timeout, which the safety margin covers.
+  // (The backend rounds socket timeouts below 1 s up to 1 s.)
+  const RunMargin plan = lock_options(args);
+  const auto attempt = validate(plan.options, run_backend_traits).value().heartbeat_timeout;
   PostgresOptions network;
-  network.network_timeout = std::clamp<std::chrono::nanoseconds>(margin / 3, std::chrono::seconds(1), std::chrono::seconds(10));
+  network.network_timeout = std::clamp<std::chrono::nanoseconds>(attempt, std::chrono::seconds(1), std::chrono::seconds(10));
   network.connect_timeout = network.network_timeout;
   network.reconnect_attempts = 1;
-  auto created = RunMutex::create(connect_backend(args.connection, network), lock_options(args), SteadyClock{},
+  auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
   if (!created) exit_with(created.error(), "run", args.connection.table);
   RunMutex& mutex = *created;
   Guard guard = take_lock(mutex, args, interrupts);
 
-  if (to_duration(args.grace_s) >= margin)
-    std::fprintf(stderr,
-                 "pgmutex: warning: --grace %s is not shorter than the safety margin (%s) these thresholds leave: "
-                 "if the lock is lost, the command may still run when another instance may take the lock; "
-                 "lower --grace or raise --stale-threshold\n",
-                 seconds_text(args.grace_s).c_str(),
-                 seconds_text(std::chrono::duration<double>(margin).count()).c_str());
+  // Only a holder warns: a contender that exits 75 has no command to stop.
+  if (!plan.shortfall.empty()) std::fprintf(stderr, "pgmutex: warning: %s\n", plan.shortfall.c_str());
 
   Wakeup lost;
   std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
