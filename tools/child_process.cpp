@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "exit_codes.hpp"
+#include "process_group.hpp"
 #include "signals.hpp"
 
 extern char** environ;
@@ -105,25 +106,31 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
 }
 
 void ChildProcess::signal(int signo) const noexcept {
-  if (exit_code_ || pid_ <= 0) return;
-  ::kill(own_group_ ? -pid_ : pid_, signo);
+  if (pid_ <= 0) return;
+  // The group's id stays taken while any member lives, zombies included, so
+  // it cannot name a stranger's group until we have seen it empty.
+  if (own_group_) ::kill(-pid_, signo);
+  else if (!exit_code_) ::kill(pid_, signo);
 }
 
-std::optional<int> ChildProcess::try_reap() {
-  if (exit_code_) return exit_code_;
-  int status = 0;
-  pid_t reaped = 0;
-  do reaped = ::waitpid(pid_, &status, WNOHANG);
-  while (reaped < 0 && errno == EINTR);
-  if (reaped == 0) return std::nullopt;
-  if (reaped < 0) throw std::system_error(errno, std::generic_category(), "waitpid");
+std::vector<pid_t> ChildProcess::remaining() const {
+  if (own_group_) return live_members(pid_).value_or(std::vector<pid_t>{});
+  if (exit_code_) return {};
+  return {pid_};
+}
+
+bool ChildProcess::all_gone() const {
+  if (!exit_code_) return false;
+  return !own_group_ || group_is_empty(pid_);
+}
+
+void ChildProcess::record_exit(int status) noexcept {
   if (WIFSIGNALED(status)) {
     killed_by_ = WTERMSIG(status);
     exit_code_ = exit_code::signal_base + WTERMSIG(status);
   } else {
     exit_code_ = WEXITSTATUS(status);
   }
-  return exit_code_;
 }
 
 bool in_terminal_foreground() noexcept {

@@ -1,4 +1,4 @@
-// The supervised command: spawned with posix_spawnp, signalled, reaped.
+// The supervised command: forked and exec'd, signalled as a group, reaped.
 #pragma once
 
 #include <sys/types.h>
@@ -34,13 +34,22 @@ class ChildProcess {
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] bool own_process_group() const noexcept { return own_group_; }
 
-  // Sends `signo` (to the group, if it has its own). No-op once reaped.
+  // Sends `signo` to the group while any process of it runs, even after the
+  // child itself ended; without an own group, to the child until it is reaped.
   void signal(int signo) const noexcept;
 
-  // The exit code a shell would report (status, or 128 + signal) once the
-  // child has ended; nullopt while it runs. Never blocks.
-  [[nodiscard]] std::optional<int> try_reap();
+  // The live processes of the command's group. Without an own group only the
+  // child is tracked: it, until it is reaped.
+  [[nodiscard]] std::vector<pid_t> remaining() const;
+  // True once nothing of the command runs: its group is empty (the child
+  // reaped, without an own group).
+  [[nodiscard]] bool all_gone() const;
 
+  // The wait status of our child, from whoever reaped it.
+  void record_exit(int wait_status) noexcept;
+
+  // The exit code a shell would report (status, or 128 + signal) once the
+  // child has been reaped; nullopt while it runs.
   [[nodiscard]] std::optional<int> exit_code() const noexcept { return exit_code_; }
   // The signal that killed it, if one did.
   [[nodiscard]] std::optional<int> killed_by() const noexcept { return killed_by_; }

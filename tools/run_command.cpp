@@ -17,6 +17,7 @@
 #include "lock_events.hpp"
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
+#include "process_group.hpp"
 #include "safety_margin.hpp"
 #include "signals.hpp"
 #include "supervisor.hpp"
@@ -148,23 +149,43 @@ int execute(RunArgs& args) {
   EnvironmentOverrides environment{{{"PGMUTEX_LOCK", args.lock},
                                     {"PGMUTEX_FENCE", std::to_string(guard.fence())},
                                     {"PGMUTEX_INSTANCE", std::string(mutex.instance_id())}}};
+  // What the command leaves behind becomes our child, so that we can reap it
+  // and see its group empty before the lock goes.
+  become_subreaper();
   ChildProcess child(args.command, environment, !in_terminal_foreground());
 
-  const auto grace = to_duration(args.grace_s);
-  const auto outcome = supervise(child, signals, lost, grace, [&] {
+  bool lease_lost = false;
+  SupervisionEvents events;
+  events.lease_lost = [&] {
+    lease_lost = true;
     const auto why = guard.heartbeat(nothrow);
     std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
                  args.lock.c_str(), why ? "lease lost" : why.error().message().c_str(),
                  seconds_text(args.grace_s).c_str());
-  });
+  };
+  events.leftovers = [&](const std::vector<pid_t>& pids) {
+    std::fprintf(stderr,
+                 "pgmutex: the command exited but left %zu process%s of its group running (%s): SIGTERM now, SIGKILL "
+                 "after %s; lock '%s' is released once they are gone\n",
+                 pids.size(), pids.size() == 1 ? "" : "es", pid_list(pids).c_str(), seconds_text(args.grace_s).c_str(),
+                 args.lock.c_str());
+  };
+  events.killed_after_grace = [&](const std::vector<pid_t>& pids) {
+    if (lease_lost) return;  // the exit message says it
+    std::fprintf(stderr, "pgmutex: killed the command's leftover processes with SIGKILL after the grace period (%s)\n",
+                 pid_list(pids).c_str());
+  };
+  const auto outcome = supervise(child, signals, lost, to_duration(args.grace_s), events);
 
   // Lost while the command ran, even if the command ended in the same moment:
   // it may have run beside another holder, and the exit code says so.
   if (outcome.lease_lost || guard.lost()) {
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
-    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; the command " +
-                                        (outcome.killed_after_grace ? "was killed with SIGKILL after the grace period"
-                                                                    : "ended after SIGTERM"));
+    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; " +
+                                        (outcome.killed_after_grace
+                                             ? "what of the command's process group still ran was killed with SIGKILL "
+                                               "after the grace period"
+                                             : "the command ended after SIGTERM"));
   }
   if (auto released = guard.release(nothrow); !released)
     std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", args.lock.c_str(),
@@ -195,7 +216,9 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
-  run->add_option("--grace", args->grace_s, "if the lock is lost: seconds between SIGTERM and SIGKILL")
+  run->add_option("--grace", args->grace_s,
+                  "seconds between SIGTERM and SIGKILL to the command's process group, if the lock is lost or the "
+                  "command leaves processes behind")
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
@@ -204,8 +227,10 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
 to what you protect) and PGMUTEX_INSTANCE in its environment. Every signal pgmutex
 can catch (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, ...) is forwarded to
-it. pgmutex exits with its exit code (128+N if signal N killed it); 75 if the lock
-is taken; 70 if the lock was lost while it ran.
+its process group. The lock is released only once no process of that group runs:
+leftovers get SIGTERM, then SIGKILL after --grace. pgmutex exits with the
+command's exit code (128+N if signal N killed it); 75 if the lock is taken; 70 if
+the lock was lost while it ran.
 
 Examples:
   pgmutex run --lock nightly-report -- ./report.sh
