@@ -1,4 +1,5 @@
-// The supervised command: forked and exec'd, signalled as a group, reaped.
+// The supervised command: forked, held at a gate until pgmutex has armed what
+// must be in place before it runs, then exec'd; signalled as a group; reaped.
 #pragma once
 
 #include <sys/types.h>
@@ -6,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "signals.hpp"
 
 namespace pgmutex::cli {
 
@@ -16,23 +19,29 @@ struct EnvironmentOverrides {
 
 class ChildProcess {
  public:
-  // Starts `argv` (looked up in PATH) with our environment plus `overrides`,
-  // the signal mask and dispositions we started with.
+  // Forks the child for `argv` (looked up in PATH) with our environment plus
+  // `overrides`, the signal mask and dispositions we started with. It waits
+  // before exec until start(); if pgmutex dies first, it exits unexec'd.
   //
   // own_process_group: the child leads a new process group and every signal
   // we send goes to the whole group, so a shell script's own children stop
   // too. Not done when we run in a terminal's foreground, where the child must
   // stay in the terminal's foreground group to read from it (and receives the
   // terminal's Ctrl-C itself).
-  //
-  // Throws Exit: 127 if the command is not found, 126 if it cannot be executed.
   ChildProcess(const std::vector<std::string>& argv, const EnvironmentOverrides& overrides, bool own_process_group);
+  ~ChildProcess();  // a child never started exits at once and is reaped
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
+  // Lets the child exec. Throws Exit: 127 if the command is not found, 126 if
+  // it cannot be executed (the child is reaped then).
+  void start();
+
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] bool own_process_group() const noexcept { return own_group_; }
+  // What kill(2) takes to reach the command: its group (-pgid), or its pid.
+  [[nodiscard]] pid_t kill_target() const noexcept { return own_group_ ? -pid_ : pid_; }
 
   // Sends `signo` to the group while any process of it runs, even after the
   // child itself ended; without an own group, to the child until it is reaped.
@@ -55,8 +64,11 @@ class ChildProcess {
   [[nodiscard]] std::optional<int> killed_by() const noexcept { return killed_by_; }
 
  private:
+  std::string name_;
   pid_t pid_ = -1;
   bool own_group_ = false;
+  Fd gate_;    // the write end of the pipe the child waits on before exec
+  Fd report_;  // the read end of the pipe a failed exec writes its errno to
   std::optional<int> exit_code_;
   std::optional<int> killed_by_;
 };

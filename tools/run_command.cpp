@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "connection.hpp"
 #include "exit_codes.hpp"
+#include "guardian.hpp"
 #include "interrupt_watch.hpp"
 #include "lock_events.hpp"
 #include "pgmutex/basic_mutex.hpp"
@@ -153,6 +154,13 @@ int execute(RunArgs& args) {
   // and see its group empty before the lock goes.
   become_subreaper();
   ChildProcess child(args.command, environment, !in_terminal_foreground());
+  Guardian guardian(child.kill_target());
+  try {
+    child.start();
+  } catch (...) {
+    guardian.disarm();  // nothing runs: the child never exec'd and is reaped
+    throw;
+  }
 
   bool lease_lost = false;
   SupervisionEvents events;
@@ -175,7 +183,13 @@ int execute(RunArgs& args) {
     std::fprintf(stderr, "pgmutex: killed the command's leftover processes with SIGKILL after the grace period (%s)\n",
                  pid_list(pids).c_str());
   };
-  const auto outcome = supervise(child, signals, lost, to_duration(args.grace_s), events);
+  events.guardian_died = [&] {
+    std::fprintf(stderr,
+                 "pgmutex: warning: the guard process (pid %d) ended: if pgmutex dies now, nothing stops the command\n",
+                 static_cast<int>(guardian.pid()));
+  };
+  const auto outcome = supervise(child, guardian, signals, lost, to_duration(args.grace_s), events);
+  guardian.disarm();  // nothing of the command runs any more
 
   // Lost while the command ran, even if the command ended in the same moment:
   // it may have run beside another holder, and the exit code says so.
@@ -228,9 +242,9 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
 to what you protect) and PGMUTEX_INSTANCE in its environment. Every signal pgmutex
 can catch (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, ...) is forwarded to
 its process group. The lock is released only once no process of that group runs:
-leftovers get SIGTERM, then SIGKILL after --grace. pgmutex exits with the
-command's exit code (128+N if signal N killed it); 75 if the lock is taken; 70 if
-the lock was lost while it ran.
+leftovers get SIGTERM, then SIGKILL after --grace. If pgmutex itself dies, a guard
+process kills the group. pgmutex exits with the command's exit code (128+N if
+signal N killed it); 75 if the lock is taken; 70 if the lock was lost while it ran.
 
 Examples:
   pgmutex run --lock nightly-report -- ./report.sh

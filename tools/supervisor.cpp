@@ -35,12 +35,17 @@ bool child_already_got(const ChildProcess& child, const signalfd_siginfo& info) 
 
 class Supervision {
  public:
-  Supervision(ChildProcess& child, std::chrono::nanoseconds grace, const SupervisionEvents& events)
-      : child_(child), grace_(grace), events_(events) {}
+  Supervision(ChildProcess& child, Guardian& guardian, std::chrono::nanoseconds grace, const SupervisionEvents& events)
+      : child_(child), guardian_(guardian), grace_(grace), events_(events) {}
 
   void reap() {
     reap_children([this](pid_t pid, int status) {
-      if (pid == child_.pid()) child_.record_exit(status);
+      if (pid == child_.pid()) {
+        child_.record_exit(status);
+      } else if (pid == guardian_.pid() && !guardian_.exited()) {
+        guardian_.record_exit();
+        if (events_.guardian_died) events_.guardian_died();
+      }
       // Anything else: an orphan of the command, reparented to us. Reaping it
       // is all there is to do: its zombie would keep the group alive.
     });
@@ -114,6 +119,7 @@ class Supervision {
 
  private:
   ChildProcess& child_;
+  Guardian& guardian_;
   std::chrono::nanoseconds grace_;
   const SupervisionEvents& events_;
   SupervisionResult result_;
@@ -123,9 +129,9 @@ class Supervision {
 
 }  // namespace
 
-SupervisionResult supervise(ChildProcess& child, SignalReader& signals, const Wakeup& lost,
+SupervisionResult supervise(ChildProcess& child, Guardian& guardian, SignalReader& signals, const Wakeup& lost,
                             std::chrono::nanoseconds grace, const SupervisionEvents& events) {
-  Supervision supervision(child, grace, events);
+  Supervision supervision(child, guardian, grace, events);
   for (;;) {
     supervision.reap();
     supervision.on_child_ended();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "guardian.hpp"
 #include "signals.hpp"
 
 namespace pgmutex::cli {
@@ -25,6 +26,7 @@ struct SupervisionEvents {
   std::function<void()> lease_lost;                                  // before SIGTERM goes out
   std::function<void(const std::vector<pid_t>&)> leftovers;          // the child exited, these run on: before SIGTERM
   std::function<void(const std::vector<pid_t>&)> killed_after_grace; // these got SIGKILL
+  std::function<void()> guardian_died;                               // the guard process ended early
 };
 
 // Blocks in poll() until the child has ended and no process of its group is
@@ -32,7 +34,7 @@ struct SupervisionEvents {
 // child ended and members of its group remain) a short poll of the group.
 // After a lost lease, or when the child ends and leaves processes behind, the
 // group gets SIGTERM, and SIGKILL after `grace` if any of it still runs.
-SupervisionResult supervise(ChildProcess& child, SignalReader& signals, const Wakeup& lost,
+SupervisionResult supervise(ChildProcess& child, Guardian& guardian, SignalReader& signals, const Wakeup& lost,
                             std::chrono::nanoseconds grace, const SupervisionEvents& events);
 
 }  // namespace pgmutex::cli

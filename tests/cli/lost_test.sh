@@ -73,10 +73,10 @@ expect 0 "--wait reclaims once stale" pgm run --lock crashed "${short[@]}" --wai
 contains "$OUT" "reclaimed-and-ran" "the reclaimer ran its command"
 contains "$ERR" "reclaimed stale lock 'crashed'" "the reclaimer says it took over a stale lock"
 
-# The command died with pgmutex (PR_SET_PDEATHSIG): it did not run on beside
-# the reclaimer. (A zombie awaiting its reaper counts as dead.)
+# The command died with pgmutex (its guard process killed the group): it did
+# not run on beside the reclaimer. (A zombie awaiting its reaper counts as dead.)
 running() { local state; state=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$state" ] && [[ "$state" != Z* ]]; }
 if running "$shell_pid"; then fail "the command outlived the SIGKILLed pgmutex"; else pass "the command died with the SIGKILLed pgmutex"; fi
-kill -KILL -- "-$shell_pid" 2>/dev/null  # what the command started itself is not signalled: clean it up
+kill -KILL -- "-$shell_pid" 2>/dev/null  # should the check above have failed
 
 finish
