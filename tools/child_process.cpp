@@ -133,23 +133,29 @@ void ChildProcess::start() {
   throw Exit(exit_code::not_executable, name_ + ": cannot execute: " + ::strerror(error));
 }
 
-void ChildProcess::signal(int signo) const noexcept {
+void ChildProcess::signal(int signo) const {
   if (pid_ <= 0) return;
   // The group's id stays taken while any member lives, zombies included, so
-  // it cannot name a stranger's group until we have seen it empty.
-  if (own_group_) ::kill(-pid_, signo);
-  else if (!exit_code_) ::kill(pid_, signo);
+  // it cannot name a stranger's group until we have seen it empty. Likewise a
+  // child's pid stays ours until we reap it, which this thread does.
+  if (own_group_) {
+    ::kill(-pid_, signo);
+    return;
+  }
+  for (const pid_t pid : remaining()) ::kill(pid, signo);
 }
 
 std::vector<pid_t> ChildProcess::remaining() const {
   if (own_group_) return live_members(pid_).value_or(std::vector<pid_t>{});
-  if (exit_code_) return {};
-  return {pid_};
+  auto children = live_children(::getpid());
+  if (!children) return exit_code_ ? std::vector<pid_t>{} : std::vector<pid_t>{pid_};  // no /proc: the child only
+  std::erase(*children, guard_);
+  return *children;
 }
 
 bool ChildProcess::all_gone() const {
   if (!exit_code_) return false;
-  return !own_group_ || group_is_empty(pid_);
+  return own_group_ ? group_is_empty(pid_) : remaining().empty();
 }
 
 void ChildProcess::record_exit(int status) noexcept {

@@ -27,7 +27,9 @@ class ChildProcess {
   // we send goes to the whole group, so a shell script's own children stop
   // too. Not done when we run in a terminal's foreground, where the child must
   // stay in the terminal's foreground group to read from it (and receives the
-  // terminal's Ctrl-C itself).
+  // terminal's Ctrl-C itself). There the command's processes are the child
+  // and our other children (as a subreaper, we inherit what it orphans),
+  // signalled one by one; what the child's live descendants do is theirs.
   ChildProcess(const std::vector<std::string>& argv, const EnvironmentOverrides& overrides, bool own_process_group);
   ~ChildProcess();  // a child never started exits at once and is reaped
 
@@ -43,15 +45,17 @@ class ChildProcess {
   // What kill(2) takes to reach the command: its group (-pgid), or its pid.
   [[nodiscard]] pid_t kill_target() const noexcept { return own_group_ ? -pid_ : pid_; }
 
-  // Sends `signo` to the group while any process of it runs, even after the
-  // child itself ended; without an own group, to the child until it is reaped.
-  void signal(int signo) const noexcept;
+  // Without an own group: our child `pid` that is not the command's (the guard).
+  void set_guard(pid_t pid) noexcept { guard_ = pid; }
 
-  // The live processes of the command's group. Without an own group only the
-  // child is tracked: it, until it is reaped.
+  // Sends `signo` to the group while any process of it runs, even after the
+  // child itself ended; without an own group, to each of remaining().
+  void signal(int signo) const;
+
+  // The live processes of the command's group; without an own group, our
+  // live children but the guard: the child, and what it orphaned.
   [[nodiscard]] std::vector<pid_t> remaining() const;
-  // True once nothing of the command runs: its group is empty (the child
-  // reaped, without an own group).
+  // True once the child is reaped and remaining() is empty.
   [[nodiscard]] bool all_gone() const;
 
   // The wait status of our child, from whoever reaped it.
@@ -67,6 +71,7 @@ class ChildProcess {
   std::string name_;
   pid_t pid_ = -1;
   bool own_group_ = false;
+  pid_t guard_ = -1;
   Fd gate_;    // the write end of the pipe the child waits on before exec
   Fd report_;  // the read end of the pipe a failed exec writes its errno to
   std::optional<int> exit_code_;

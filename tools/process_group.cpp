@@ -17,6 +17,7 @@ namespace {
 
 struct ProcessStat {
   char state = '?';
+  pid_t ppid = 0;
   pid_t pgid = 0;
 };
 
@@ -33,8 +34,27 @@ std::optional<ProcessStat> read_stat(const char* pid) {
   long ppid = 0;
   long pgid = 0;
   if (!(fields >> stat.state >> ppid >> pgid)) return std::nullopt;
+  stat.ppid = static_cast<pid_t>(ppid);
   stat.pgid = static_cast<pid_t>(pgid);
   return stat;
+}
+
+bool alive(const ProcessStat& stat) { return stat.state != 'Z' && stat.state != 'X'; }
+
+// The live processes in /proc for which `wanted` holds.
+std::optional<std::vector<pid_t>> live_processes(bool (*wanted)(const ProcessStat&, pid_t), pid_t key) {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return std::nullopt;
+  std::vector<pid_t> found;
+  while (const dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    const auto stat = read_stat(entry->d_name);  // gone meanwhile: not found
+    if (stat && alive(*stat) && wanted(*stat, key)) found.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return found;
 }
 
 }  // namespace
@@ -58,19 +78,11 @@ void reap_children(const std::function<void(pid_t pid, int status)>& on_reaped) 
 }
 
 std::optional<std::vector<pid_t>> live_members(pid_t pgid) {
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return std::nullopt;
-  std::vector<pid_t> members;
-  while (const dirent* entry = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0') continue;
-    const auto stat = read_stat(entry->d_name);  // gone meanwhile: not a member
-    if (stat && stat->pgid == pgid && stat->state != 'Z' && stat->state != 'X')
-      members.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(proc);
-  return members;
+  return live_processes([](const ProcessStat& stat, pid_t key) { return stat.pgid == key; }, pgid);
+}
+
+std::optional<std::vector<pid_t>> live_children(pid_t parent) {
+  return live_processes([](const ProcessStat& stat, pid_t key) { return stat.ppid == key; }, parent);
 }
 
 bool group_is_empty(pid_t pgid) {

@@ -24,6 +24,10 @@ void reap_children(const std::function<void(pid_t pid, int status)>& on_reaped);
 // nullopt if /proc cannot be read.
 [[nodiscard]] std::optional<std::vector<pid_t>> live_members(pid_t pgid);
 
+// The live (not zombie) children of `parent`, from /proc; nullopt if /proc
+// cannot be read.
+[[nodiscard]] std::optional<std::vector<pid_t>> live_children(pid_t parent);
+
 // True once no process of group `pgid` runs. A zombie that its parent has not
 // reaped yet runs no code: it does not count.
 [[nodiscard]] bool group_is_empty(pid_t pgid);

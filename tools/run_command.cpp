@@ -155,6 +155,7 @@ int execute(RunArgs& args) {
   become_subreaper();
   ChildProcess child(args.command, environment, !in_terminal_foreground());
   Guardian guardian(child.kill_target());
+  child.set_guard(guardian.pid());
   try {
     child.start();
   } catch (...) {
@@ -173,8 +174,8 @@ int execute(RunArgs& args) {
   };
   events.leftovers = [&](const std::vector<pid_t>& pids) {
     std::fprintf(stderr,
-                 "pgmutex: the command exited but left %zu process%s of its group running (%s): SIGTERM now, SIGKILL "
-                 "after %s; lock '%s' is released once they are gone\n",
+                 "pgmutex: the command exited but left %zu process%s behind (%s): SIGTERM now, SIGKILL after %s; "
+                 "lock '%s' is released once they are gone\n",
                  pids.size(), pids.size() == 1 ? "" : "es", pid_list(pids).c_str(), seconds_text(args.grace_s).c_str(),
                  args.lock.c_str());
   };
@@ -197,8 +198,8 @@ int execute(RunArgs& args) {
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
     throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; " +
                                         (outcome.killed_after_grace
-                                             ? "what of the command's process group still ran was killed with SIGKILL "
-                                               "after the grace period"
+                                             ? "what still ran of the command was killed with SIGKILL after the "
+                                               "grace period"
                                              : "the command ended after SIGTERM"));
   }
   if (auto released = guard.release(nothrow); !released)

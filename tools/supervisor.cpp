@@ -60,6 +60,8 @@ class Supervision {
   }
 
   void kill_if_due() {
+    // Orphans that reach us after the SIGKILL (their parent just died of it) get theirs too.
+    if (result_.killed_after_grace) child_.signal(SIGKILL);
     if (kill_deadline_ == no_deadline || steady::now() < kill_deadline_) return;
     kill_deadline_ = no_deadline;
     const auto stubborn = child_.remaining();
@@ -137,6 +139,7 @@ SupervisionResult supervise(ChildProcess& child, Guardian& guardian, SignalReade
     supervision.on_child_ended();
     supervision.kill_if_due();
     if (child.all_gone()) {
+      supervision.reap();  // the zombies of what just died, so that none outlives us
       supervision.result().exit_code = *child.exit_code();
       return supervision.result();
     }

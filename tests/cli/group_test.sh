@@ -25,10 +25,11 @@ wait_dead() {
 }
 
 # A process that ignores SIGTERM (so does every process it execs: sleep) and
-# writes its pid to $1 once it does.
+# writes its pid to $1 once it does. It ignores SIGHUP too: a terminal that
+# closes must not be what kills it in the terminal check.
 cat >"$WORK/stubborn" <<'EOF'
 #!/bin/sh
-trap '' TERM
+trap '' TERM HUP
 echo $$ >"$1.tmp" && mv "$1.tmp" "$1"
 while :; do sleep 0.1; done
 EOF
@@ -76,10 +77,27 @@ contains "$WORK/left.err" "killed the command's leftover processes with SIGKILL"
 # A leftover that obeys SIGTERM needs no SIGKILL, and a command that leaves
 # nothing behind gets no such line.
 expect 0 "a leftover that obeys SIGTERM" pgm run --lock leftover --grace 30 -- sh -c 'sleep 60 & exit 0'
-contains "$ERR" "left 1 process of its group running" "one line names the leftover"
+contains "$ERR" "the command exited but left 1 process behind (pid " "one line names the leftover"
 lacks "$ERR" "killed the command's leftover processes" "no SIGKILL for a leftover that obeyed SIGTERM"
 expect 0 "a command with no leftovers" pgm run --lock leftover -- sh -c 'sleep 0.1 & wait'
-lacks "$ERR" "of its group running" "no leftover line when nothing is left"
+lacks "$ERR" "left" "no leftover line when nothing is left"
+
+# --- from a terminal: the command shares pgmutex's group, leftovers die too ---
+# script(1) gives pgmutex a terminal whose foreground group is pgmutex's: the
+# command stays in it, and what it orphans is found as pgmutex's children.
+command -v script >/dev/null || fail "script (util-linux) is needed for the terminal check"
+cat >"$WORK/tty-run" <<EOF
+#!/bin/sh
+exec "$PGMUTEX" run --table "$TABLE" --lock tty --grace 1 -- sh -c '"\$0" "\$1" & while [ ! -s "\$1" ]; do sleep 0.05; done; echo "pgids \$(ps -o pgid= -p \$\$) \$(ps -o pgid= -p \$PPID)"' "$WORK/stubborn" "$WORK/tty-left"
+EOF
+chmod +x "$WORK/tty-run"
+expect 0 "a run from a terminal" script -qec "$WORK/tty-run" /dev/null
+read -r _ command_pgid pgmutex_pgid < <(grep pgids "$OUT" | tr -d '\r')
+equal "${command_pgid:-none}" "${pgmutex_pgid:-}" "from a terminal the command stays in pgmutex's process group"
+tty_left=$(cat "$WORK/tty-left")
+if running "$tty_left"; then fail "the terminal run's leftover outlived pgmutex"; kill -KILL "$tty_left"; else
+  pass "the terminal run's leftover is dead when pgmutex exits"; fi
+contains "$OUT" "killed the command's leftover processes with SIGKILL" "the terminal run says so"
 
 # --- pgmutex SIGKILLed: the command dies even after changing its user --------
 # PR_SET_PDEATHSIG does not survive a change of user; the guard process does.
