@@ -20,6 +20,11 @@ constexpr steady::time_point no_deadline = steady::time_point::max();
 // us: once only they remain, the group is looked at this often.
 constexpr auto group_poll = std::chrono::milliseconds(50);
 
+// A signal forwarded to the group reaches the command and its children at
+// once, and the children may die a moment after the command: only what still
+// runs this long after the command's exit is called a leftover.
+constexpr auto leftover_settle = std::chrono::milliseconds(50);
+
 // poll()'s timeout for a deadline: -1 without one, rounded up so we never wake early.
 int poll_timeout_ms(steady::time_point deadline) {
   if (deadline == no_deadline) return -1;
@@ -72,6 +77,8 @@ class Supervision {
 
   void on_child_ended() {
     if (leftovers_seen_ || !child_.exit_code()) return;
+    if (child_ended_at_ == no_deadline) child_ended_at_ = steady::now();
+    if (steady::now() - child_ended_at_ < leftover_settle) return;  // the loop polls the group meanwhile
     leftovers_seen_ = true;
     if (result_.lease_lost) return;  // already being stopped
     const auto leftovers = child_.remaining();
@@ -126,6 +133,7 @@ class Supervision {
   const SupervisionEvents& events_;
   SupervisionResult result_;
   steady::time_point kill_deadline_ = no_deadline;
+  steady::time_point child_ended_at_ = no_deadline;  // when we first saw it reaped
   bool leftovers_seen_ = false;
 };
 
