@@ -100,7 +100,7 @@ std::string in_flag_terms(std::string message) {
   static constexpr std::pair<std::string_view, std::string_view> names[] = {
       {"heartbeat_interval", "--heartbeat-interval"}, {"alert_threshold", "--alert-threshold"},
       {"stale_threshold", "--stale-threshold"},       {"lock_name", "--lock"},
-      {"safety_margin", "the safety margin"},
+      {"safety_margin", "the safety margin"},         {"heartbeat_timeout", "one heartbeat attempt's timeout"},
   };
   for (const auto& [library, flag] : names) {
     for (auto at = message.find(library); at != std::string::npos; at = message.find(library, at + flag.size()))

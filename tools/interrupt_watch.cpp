@@ -28,7 +28,10 @@ void InterruptWatch::watch(const std::stop_token& stop) {
     if (::poll(fds, 2, -1) < 0) continue;  // EINTR
     while (auto info = signals_.next()) {
       const int signo = static_cast<int>(info->ssi_signo);
-      if (signo == SIGCHLD) continue;
+      const SignalRole role = role_of(signo);
+      // No command runs yet: a job-control stop stops us, as it would any job.
+      if (role == SignalRole::job_stop) ::kill(::getpid(), SIGSTOP);
+      if (role != SignalRole::ending) continue;
       if (!waiting_.load()) {
         // Connecting: nothing to release, so stop now, as a shell's job would.
         const std::string line = std::string("pgmutex: interrupted by SIG") + signal_name(signo) + "\n";

@@ -1,5 +1,6 @@
-// Before the command starts: a thread that reads SIGINT/SIGTERM/SIGHUP so that
-// an interrupt cancels the wait for the lock instead of being lost.
+// Before the command starts: a thread that reads the supervised signals so
+// that one that would end a process (SIGINT, SIGTERM, SIGQUIT, SIGUSR1, ...)
+// cancels the wait for the lock instead of being lost.
 #pragma once
 
 #include <atomic>

@@ -13,10 +13,13 @@
 #include "commands.hpp"
 #include "connection.hpp"
 #include "exit_codes.hpp"
+#include "guardian.hpp"
 #include "interrupt_watch.hpp"
 #include "lock_events.hpp"
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
+#include "process_group.hpp"
+#include "safety_margin.hpp"
 #include "signals.hpp"
 #include "supervisor.hpp"
 
@@ -45,21 +48,16 @@ std::string seconds_text(double seconds) {
   return buffer;
 }
 
-Options lock_options(const RunArgs& args) {
+// The command must be gone before anyone may reclaim the lock: the safety
+// margin covers --grace where the thresholds leave room (safety_margin.hpp).
+RunMargin lock_options(const RunArgs& args) {
   Options options;
   options.lock_name = args.lock;
   options.table = args.connection.table;
   options.heartbeat_interval = to_duration(args.heartbeat_s);
   options.alert_threshold = to_duration(args.thresholds.alert_s);
   options.stale_threshold = to_duration(args.thresholds.stale_s);
-  // The command must be gone before anyone may reclaim the lock: once the
-  // watchdog fires it gets SIGTERM, and SIGKILL after --grace. So the safety
-  // margin covers the grace (and a second more) where the thresholds leave room.
-  const auto wanted = to_duration(args.grace_s) + std::chrono::seconds(1);
-  if (auto valid = validate(options);
-      valid && valid->safety_margin < wanted && options.stale_threshold - wanted > options.heartbeat_interval)
-    options.safety_margin = wanted;
-  return options;
+  return plan_margin(std::move(options), to_duration(args.grace_s));
 }
 
 void check_usage(const RunArgs& args) {
@@ -67,8 +65,12 @@ void check_usage(const RunArgs& args) {
     throw Exit(exit_code::usage, "run: missing '--' before the command: pgmutex run --lock NAME -- COMMAND [ARGS...]");
   if (args.command.empty())
     throw Exit(exit_code::usage, "run: no command after '--': pgmutex run --lock NAME -- COMMAND [ARGS...]");
-  if (auto valid = validate(lock_options(args)); !valid)
-    throw Exit(exit_code::usage, "run: " + in_flag_terms(valid.error().detail));
+  if (auto valid = validate(lock_options(args).options, run_backend_traits); !valid) {
+    const std::string& rule = valid.error().detail;
+    const bool margin = rule.find("safety_margin") != std::string::npos;
+    throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
+                                     (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
+  }
 }
 
 // The one line a contender prints: who holds the lock and how late they are.
@@ -125,26 +127,22 @@ int execute(RunArgs& args) {
   InterruptWatch interrupts(signals);
 
   // A heartbeat stuck in the network (its statement, then one reconnect)
-  // must fail inside the safety margin, or the watchdog that runs between
-  // heartbeats comes too late.
-  const auto margin = validate(lock_options(args)).value().safety_margin;
+  // must fail within one attempt's timeout, which the safety margin covers.
+  // (The backend rounds socket timeouts below 1 s up to 1 s.)
+  const RunMargin plan = lock_options(args);
+  const auto attempt = validate(plan.options, run_backend_traits).value().heartbeat_timeout;
   PostgresOptions network;
-  network.network_timeout = std::clamp<std::chrono::nanoseconds>(margin / 3, std::chrono::seconds(1), std::chrono::seconds(10));
+  network.network_timeout = std::clamp<std::chrono::nanoseconds>(attempt, std::chrono::seconds(1), std::chrono::seconds(10));
   network.connect_timeout = network.network_timeout;
   network.reconnect_attempts = 1;
-  auto created = RunMutex::create(connect_backend(args.connection, network), lock_options(args), SteadyClock{},
+  auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
   if (!created) exit_with(created.error(), "run", args.connection.table);
   RunMutex& mutex = *created;
   Guard guard = take_lock(mutex, args, interrupts);
 
-  if (to_duration(args.grace_s) >= margin)
-    std::fprintf(stderr,
-                 "pgmutex: warning: --grace %s is not shorter than the safety margin (%s) these thresholds leave: "
-                 "if the lock is lost, the command may still run when another instance may take the lock; "
-                 "lower --grace or raise --stale-threshold\n",
-                 seconds_text(args.grace_s).c_str(),
-                 seconds_text(std::chrono::duration<double>(margin).count()).c_str());
+  // Only a holder warns: a contender that exits 75 has no command to stop.
+  if (!plan.shortfall.empty()) std::fprintf(stderr, "pgmutex: warning: %s\n", plan.shortfall.c_str());
 
   Wakeup lost;
   std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
@@ -152,23 +150,57 @@ int execute(RunArgs& args) {
   EnvironmentOverrides environment{{{"PGMUTEX_LOCK", args.lock},
                                     {"PGMUTEX_FENCE", std::to_string(guard.fence())},
                                     {"PGMUTEX_INSTANCE", std::string(mutex.instance_id())}}};
+  // What the command leaves behind becomes our child, so that we can reap it
+  // and see its group empty before the lock goes.
+  become_subreaper();
   ChildProcess child(args.command, environment, !in_terminal_foreground());
+  Guardian guardian(child.kill_target());
+  child.set_guard(guardian.pid());
+  try {
+    child.start();
+  } catch (...) {
+    guardian.disarm();  // nothing runs: the child never exec'd and is reaped
+    throw;
+  }
 
-  const auto grace = to_duration(args.grace_s);
-  const auto outcome = supervise(child, signals, lost, grace, [&] {
+  bool lease_lost = false;
+  SupervisionEvents events;
+  events.lease_lost = [&] {
+    lease_lost = true;
     const auto why = guard.heartbeat(nothrow);
     std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
                  args.lock.c_str(), why ? "lease lost" : why.error().message().c_str(),
                  seconds_text(args.grace_s).c_str());
-  });
+  };
+  events.leftovers = [&](const std::vector<pid_t>& pids) {
+    std::fprintf(stderr,
+                 "pgmutex: the command exited but left %zu process%s behind (%s): SIGTERM now, SIGKILL after %s; "
+                 "lock '%s' is released once they are gone\n",
+                 pids.size(), pids.size() == 1 ? "" : "es", pid_list(pids).c_str(), seconds_text(args.grace_s).c_str(),
+                 args.lock.c_str());
+  };
+  events.killed_after_grace = [&](const std::vector<pid_t>& pids) {
+    if (lease_lost) return;  // the exit message says it
+    std::fprintf(stderr, "pgmutex: killed the command's leftover processes with SIGKILL after the grace period (%s)\n",
+                 pid_list(pids).c_str());
+  };
+  events.guardian_died = [&] {
+    std::fprintf(stderr,
+                 "pgmutex: warning: the guard process (pid %d) ended: if pgmutex dies now, nothing stops the command\n",
+                 static_cast<int>(guardian.pid()));
+  };
+  const auto outcome = supervise(child, guardian, signals, lost, to_duration(args.grace_s), events);
+  guardian.disarm();  // nothing of the command runs any more
 
   // Lost while the command ran, even if the command ended in the same moment:
   // it may have run beside another holder, and the exit code says so.
   if (outcome.lease_lost || guard.lost()) {
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
-    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; the command " +
-                                        (outcome.killed_after_grace ? "was killed with SIGKILL after the grace period"
-                                                                    : "ended after SIGTERM"));
+    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; " +
+                                        (outcome.killed_after_grace
+                                             ? "what still ran of the command was killed with SIGKILL after the "
+                                               "grace period"
+                                             : "the command ended after SIGTERM"));
   }
   if (auto released = guard.release(nothrow); !released)
     std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", args.lock.c_str(),
@@ -199,16 +231,21 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
-  run->add_option("--grace", args->grace_s, "if the lock is lost: seconds between SIGTERM and SIGKILL")
+  run->add_option("--grace", args->grace_s,
+                  "seconds between SIGTERM and SIGKILL to the command's process group, if the lock is lost or the "
+                  "command leaves processes behind")
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
   add_connection_options(*run, args->connection);
   run->add_option("COMMAND", args->command, "the command and its arguments, after --")->type_name("");
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
-to what you protect) and PGMUTEX_INSTANCE in its environment. SIGINT, SIGTERM and
-SIGHUP are forwarded to it. pgmutex exits with its exit code (128+N if signal N
-killed it); 75 if the lock is taken; 70 if the lock was lost while it ran.
+to what you protect) and PGMUTEX_INSTANCE in its environment. Every signal pgmutex
+can catch (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, ...) is forwarded to
+its process group. The lock is released only once no process of that group runs:
+leftovers get SIGTERM, then SIGKILL after --grace. If pgmutex itself dies, a guard
+process kills the group. pgmutex exits with the command's exit code (128+N if
+signal N killed it); 75 if the lock is taken; 70 if the lock was lost while it ran.
 
 Examples:
   pgmutex run --lock nightly-report -- ./report.sh

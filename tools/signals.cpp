@@ -16,17 +16,49 @@ sigset_t saved_mask;
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
-}  // namespace
+bool ignored_at_start(int signo) {
+  struct sigaction current {};
+  return ::sigaction(signo, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+}
 
-sigset_t supervised_signals() {
+sigset_t catchable_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, signo);
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo == SIGKILL || signo == SIGSTOP) continue;
+    // glibc's own real-time signals (thread cancellation, setxid) lie below
+    // SIGRTMIN: blocking them would break glibc, and it refuses anyway.
+    if (signo >= 32 && signo < SIGRTMIN) continue;
+    if (signo != SIGCHLD && ignored_at_start(signo)) continue;
+    sigaddset(&set, signo);
+  }
   return set;
 }
 
+}  // namespace
+
+const sigset_t& supervised_signals() {
+  static const sigset_t set = catchable_signals();
+  return set;
+}
+
+SignalRole role_of(int signo) noexcept {
+  switch (signo) {
+    case SIGCHLD: return SignalRole::child_exit;
+    case SIGPIPE: return SignalRole::own;
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU: return SignalRole::job_stop;
+    case SIGCONT:
+    case SIGWINCH:
+    case SIGURG: return SignalRole::notice;
+    default: return SignalRole::ending;
+  }
+}
+
 void block_supervised_signals() {
-  const sigset_t set = supervised_signals();
+  if (ignored_at_start(SIGCHLD)) ::signal(SIGCHLD, SIG_DFL);
+  const sigset_t& set = supervised_signals();
   if (const int rc = pthread_sigmask(SIG_BLOCK, &set, &saved_mask); rc != 0)
     throw std::system_error(rc, std::generic_category(), "pthread_sigmask");
 }
@@ -48,8 +80,7 @@ Fd::~Fd() {
 }
 
 SignalReader::SignalReader() {
-  const sigset_t set = supervised_signals();
-  fd_ = Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  fd_ = Fd(::signalfd(-1, &supervised_signals(), SFD_CLOEXEC | SFD_NONBLOCK));
   if (fd_.get() < 0) throw_errno("signalfd");
 }
 

@@ -10,11 +10,26 @@
 
 namespace pgmutex::cli {
 
-// SIGINT, SIGTERM, SIGHUP (forwarded to the command) and SIGCHLD (it ended).
-[[nodiscard]] sigset_t supervised_signals();
+// Every signal a process can catch, so that none can kill pgmutex and leave
+// the lock's row held while the command runs on: all but SIGKILL, SIGSTOP,
+// the two real-time signals glibc keeps for itself, and those that were
+// ignored when pgmutex started (nohup's SIGHUP stays ignored, for the command
+// too). SIGCHLD is always in it.
+[[nodiscard]] const sigset_t& supervised_signals();
+
+// What a supervised signal means to pgmutex.
+enum class SignalRole {
+  child_exit,  // SIGCHLD: a child of ours changed state
+  own,         // SIGPIPE: our own write to a closed pipe (stderr), not the command's business
+  job_stop,    // SIGTSTP, SIGTTIN, SIGTTOU: job control asks to stop
+  notice,      // SIGCONT, SIGWINCH, SIGURG: by default they end no process
+  ending,      // every other one: by default it ends the process that gets it
+};
+[[nodiscard]] SignalRole role_of(int signo) noexcept;
 
 // Blocks the supervised signals in the calling thread; threads started later
-// inherit the mask. Call before any thread exists.
+// inherit the mask. Call before any thread exists. Resets an ignored SIGCHLD
+// to its default: ignored, the kernel would reap our children before we could.
 void block_supervised_signals();
 
 // The signal mask and dispositions a child should start with: what ours were

@@ -1,24 +1,40 @@
-// The wait loop while the command runs: forwards signals, reaps the child,
-// and when the lease is lost stops the command (SIGTERM, SIGKILL after grace).
+// The wait loop while the command runs: forwards signals, reaps, and stops
+// what must not outlive the lock: the whole process group after a lost lease,
+// and whatever the command left running when it exited.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <functional>
+#include <vector>
 
 #include "child_process.hpp"
+#include "guardian.hpp"
 #include "signals.hpp"
 
 namespace pgmutex::cli {
 
 struct SupervisionResult {
   int exit_code = 0;            // the child's, as a shell reports it
-  bool lease_lost = false;      // the lost wakeup fired while the child ran
+  bool lease_lost = false;      // the lost wakeup fired while the command ran
   bool killed_after_grace = false;
 };
 
-// Blocks in poll() until the child ends; wakes only for a signal, a lost
-// lease, or the grace deadline. `on_lost` runs once, before SIGTERM is sent.
-SupervisionResult supervise(ChildProcess& child, SignalReader& signals, const Wakeup& lost,
-                            std::chrono::nanoseconds grace, const std::function<void()>& on_lost);
+// What the loop reports, each at most once, for the caller to put into words.
+struct SupervisionEvents {
+  std::function<void()> lease_lost;                                  // before SIGTERM goes out
+  std::function<void(const std::vector<pid_t>&)> leftovers;          // the child exited, these run on: before SIGTERM
+  std::function<void(const std::vector<pid_t>&)> killed_after_grace; // these got SIGKILL
+  std::function<void()> guardian_died;                               // the guard process ended early
+};
+
+// Blocks in poll() until the child has ended and no process of its group is
+// left; wakes for a signal, a lost lease, the grace deadline, or (once the
+// child ended and members of its group remain) a short poll of the group.
+// After a lost lease, or when the child ends and leaves processes behind, the
+// group gets SIGTERM, and SIGKILL after `grace` if any of it still runs.
+SupervisionResult supervise(ChildProcess& child, Guardian& guardian, SignalReader& signals, const Wakeup& lost,
+                            std::chrono::nanoseconds grace, const SupervisionEvents& events);
 
 }  // namespace pgmutex::cli

@@ -28,8 +28,11 @@ elapsed=$(($(now_ms) - start))
 contains "$WORK/holder.out" "got-TERM" "the command got SIGTERM"
 contains "$WORK/holder.err" "lock 'lost-term' was lost" "pgmutex says the lock was lost"
 contains "$WORK/holder.err" "ended after SIGTERM" "and that the command ended after SIGTERM"
-# Stale 3 s leaves a 0.3 s safety margin: a 10 s grace cannot fit in it, and pgmutex says so.
-contains "$WORK/holder.err" "warning: --grace 10.0 s is not shorter than the safety margin" "a grace longer than the margin is flagged"
+# Stale 3 s leaves a 0.3 s safety margin: a 10 s grace cannot fit in it, and
+# pgmutex says so with the numbers (10 s grace + the 0.1 s attempt that margin
+# allows + the 0.2 s interval) and what would fit.
+contains "$WORK/holder.err" "warning: the safety margin these thresholds leave (0.3 s) cannot cover --grace (10.0 s) + one heartbeat attempt (0.1 s) + --heartbeat-interval (0.2 s, heartbeats commit asynchronously) = 10.3 s" "a grace longer than the margin is flagged, with numbers"
+contains "$WORK/holder.err" "lower --grace to 1.5 s or less, or raise --stale-threshold above 15.5 s" "and says which flag to change"
 # Stale 60 s leaves room: the margin grows to cover the grace, and nothing is flagged.
 expect 0 "a grace that fits the thresholds" pgm run --lock roomy --heartbeat-interval 1 --alert-threshold 5 --stale-threshold 60 --grace 10 -- true
 lacks "$ERR" "warning" "no warning when the margin can cover the grace"
@@ -70,10 +73,10 @@ expect 0 "--wait reclaims once stale" pgm run --lock crashed "${short[@]}" --wai
 contains "$OUT" "reclaimed-and-ran" "the reclaimer ran its command"
 contains "$ERR" "reclaimed stale lock 'crashed'" "the reclaimer says it took over a stale lock"
 
-# The command died with pgmutex (PR_SET_PDEATHSIG): it did not run on beside
-# the reclaimer. (A zombie awaiting its reaper counts as dead.)
+# The command died with pgmutex (its guard process killed the group): it did
+# not run on beside the reclaimer. (A zombie awaiting its reaper counts as dead.)
 running() { local state; state=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$state" ] && [[ "$state" != Z* ]]; }
 if running "$shell_pid"; then fail "the command outlived the SIGKILLed pgmutex"; else pass "the command died with the SIGKILLed pgmutex"; fi
-kill -KILL -- "-$shell_pid" 2>/dev/null  # what the command started itself is not signalled: clean it up
+kill -KILL -- "-$shell_pid" 2>/dev/null  # should the check above have failed
 
 finish

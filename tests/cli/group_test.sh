@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# pgmutex run: the lock never outlives the command's process group, and the
+# group never outlives the lock: after a lost lease, after a normal exit that
+# leaves background processes behind, and when pgmutex itself is SIGKILLed.
+source "$(dirname "$0")/lib.sh" "$@"
+
+expect 0 "schema" pgm schema
+short=(--heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 3)
+
+# Running, and not a zombie awaiting its reaper (that one is dead).
+running() {
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null)
+  [[ -n "$state" && "$state" != Z* ]]
+}
+# wait_dead PID SECONDS: true once PID no longer runs, false after SECONDS.
+wait_dead() {
+  local pid=$1 limit=$2 waited=0
+  while running "$pid"; do
+    sleep 0.05
+    waited=$((waited + 1))
+    ((waited > limit * 20)) && return 1
+  done
+  return 0
+}
+
+# A process that ignores SIGTERM (so does every process it execs: sleep) and
+# writes its pid to $1 once it does. It ignores SIGHUP too: a terminal that
+# closes must not be what kills it in the terminal check.
+cat >"$WORK/stubborn" <<'EOF'
+#!/bin/sh
+trap '' TERM HUP
+echo $$ >"$1.tmp" && mv "$1.tmp" "$1"
+while :; do sleep 0.1; done
+EOF
+chmod +x "$WORK/stubborn"
+
+# --- lost lease: a grandchild that ignores SIGTERM is dead when pgmutex exits --
+# The direct child (a shell) dies of SIGTERM at once; only SIGKILL to the whole
+# group after --grace stops its stubborn child.
+"$PGMUTEX" run --table "$TABLE" --lock lost-group "${short[@]}" --grace 1 -- \
+  sh -c '"$0" "$1" & wait' "$WORK/stubborn" "$WORK/lost-gc" >"$WORK/lost.out" 2>"$WORK/lost.err" &
+holder=$!
+background_pids+=("$holder")
+wait_for_file "$WORK/lost-gc"
+grandchild=$(cat "$WORK/lost-gc")
+expect 0 "release --force takes the lock away" pgm release --force lost-group
+wait_exit "$holder" 15
+equal "$EXIT" "70" "lease lost: exit 70"
+if running "$grandchild"; then
+  fail "the grandchild that ignores SIGTERM still runs after pgmutex exited"
+  kill -KILL "$grandchild" 2>/dev/null
+else
+  pass "the grandchild that ignores SIGTERM is dead when pgmutex exits"
+fi
+contains "$WORK/lost.err" "killed with SIGKILL" "pgmutex says it used SIGKILL"
+
+# --- normal exit: a background leftover dies before the lock is released -----
+# The command exits 0 at once, leaving a stubborn child behind. A rival that
+# waits for the lock checks, as its own command, whether the leftover still runs.
+"$PGMUTEX" run --table "$TABLE" --lock leftover --grace 1 -- \
+  sh -c '"$0" "$1" & while [ ! -s "$1" ]; do sleep 0.05; done; exit 0' "$WORK/stubborn" "$WORK/left" \
+  >"$WORK/left.out" 2>"$WORK/left.err" &
+holder=$!
+background_pids+=("$holder")
+wait_for_file "$WORK/left"
+leftover=$(cat "$WORK/left")
+expect 0 "a rival waits for the lock" pgm run --lock leftover --wait --timeout 20 -- \
+  sh -c 'state=$(ps -o stat= -p "$0"); case "$state" in "" | Z*) echo leftover-dead ;; *) echo leftover-alive ;; esac' "$leftover"
+contains "$OUT" "leftover-dead" "the rival got the lock only once the leftover was dead"
+wait_exit "$holder" 10
+equal "$EXIT" "0" "the holder exits with the command's code"
+if running "$leftover"; then fail "the leftover still runs"; kill -KILL "$leftover" 2>/dev/null; else pass "the leftover is gone"; fi
+contains "$WORK/left.err" "$leftover" "the line on stderr names the leftover's pid"
+contains "$WORK/left.err" "killed the command's leftover processes with SIGKILL" "and says SIGKILL was needed"
+
+# A leftover that obeys SIGTERM needs no SIGKILL, and a command that leaves
+# nothing behind gets no such line.
+expect 0 "a leftover that obeys SIGTERM" pgm run --lock leftover --grace 30 -- sh -c 'sleep 60 & exit 0'
+contains "$ERR" "the command exited but left 1 process behind (pid " "one line names the leftover"
+lacks "$ERR" "killed the command's leftover processes" "no SIGKILL for a leftover that obeyed SIGTERM"
+expect 0 "a command with no leftovers" pgm run --lock leftover -- sh -c 'sleep 0.1 & wait'
+lacks "$ERR" "left" "no leftover line when nothing is left"
+
+# --- from a terminal: the command shares pgmutex's group, leftovers die too ---
+# script(1) gives pgmutex a terminal whose foreground group is pgmutex's: the
+# command stays in it, and what it orphans is found as pgmutex's children.
+command -v script >/dev/null || fail "script (util-linux) is needed for the terminal check"
+cat >"$WORK/tty-run" <<EOF
+#!/bin/sh
+exec "$PGMUTEX" run --table "$TABLE" --lock tty --grace 1 -- sh -c '"\$0" "\$1" & while [ ! -s "\$1" ]; do sleep 0.05; done; echo "pgids \$(ps -o pgid= -p \$\$) \$(ps -o pgid= -p \$PPID)"' "$WORK/stubborn" "$WORK/tty-left"
+EOF
+chmod +x "$WORK/tty-run"
+expect 0 "a run from a terminal" script -qec "$WORK/tty-run" /dev/null
+read -r _ command_pgid pgmutex_pgid < <(grep pgids "$OUT" | tr -d '\r')
+equal "${command_pgid:-none}" "${pgmutex_pgid:-}" "from a terminal the command stays in pgmutex's process group"
+tty_left=$(cat "$WORK/tty-left")
+if running "$tty_left"; then fail "the terminal run's leftover outlived pgmutex"; kill -KILL "$tty_left"; else
+  pass "the terminal run's leftover is dead when pgmutex exits"; fi
+contains "$OUT" "killed the command's leftover processes with SIGKILL" "the terminal run says so"
+
+# --- pgmutex SIGKILLed: the command dies even after changing its user --------
+# PR_SET_PDEATHSIG does not survive a change of user; the guard process does.
+if [[ $(id -u) != 0 ]]; then
+  fail "this check needs root (setpriv --reuid=nobody): run the tests as root"
+else
+  "$PGMUTEX" run --table "$TABLE" --lock setpriv -- \
+    setpriv --reuid=nobody --regid=nogroup --clear-groups sh -c 'sleep 77 & wait' >/dev/null 2>"$WORK/setpriv.err" &
+  holder=$!
+  background_pids+=("$holder")
+  # The command's shell, once it runs as nobody, and its child.
+  waited=0
+  while [[ -z "$(pgrep -u nobody -P "$holder")" ]] && ((waited < 200)); do sleep 0.05; waited=$((waited + 1)); done
+  command_pid=$(pgrep -u nobody -P "$holder")
+  waited=0
+  while [[ -z "$(pgrep -P "$command_pid" 2>/dev/null)" ]] && ((waited < 200)); do sleep 0.05; waited=$((waited + 1)); done
+  sleeper=$(pgrep -P "$command_pid")
+  helpers=$(pgrep -u 0 -P "$holder" | tr '\n' ' ')
+  if [[ -z "$command_pid" || -z "$sleeper" ]]; then
+    fail "the command did not start as nobody: $(cat "$WORK/setpriv.err")"
+  else
+    pass "the command runs as nobody (pid $command_pid, its child $sleeper)"
+    kill -KILL "$holder"
+    wait "$holder" 2>/dev/null
+    for pid in $command_pid $sleeper; do
+      if wait_dead "$pid" 5; then pass "pid $pid died with the SIGKILLed pgmutex"; else
+        fail "pid $pid ($(ps -o user=,args= -p "$pid")) outlived the SIGKILLed pgmutex"
+        kill -KILL "$pid" 2>/dev/null
+      fi
+    done
+    # pgmutex's own helper (not the command) does not outlive it either.
+    for pid in $helpers; do
+      if wait_dead "$pid" 5; then pass "pgmutex's helper $pid is gone too"; else
+        fail "pgmutex's helper $pid ($(ps -o args= -p "$pid")) outlived pgmutex"
+        kill -KILL "$pid" 2>/dev/null
+      fi
+    done
+  fi
+fi
+
+finish
