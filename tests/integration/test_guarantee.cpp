@@ -1,0 +1,132 @@
+// The holder's guarantee through pgmutex::Mutex on a real server: one lock's
+// statement hangs (another session's row lock, or a frozen peer behind
+// tests/tools/fault_proxy.py) and
+//   - that lock's holder declares its lease lost on time, while it hangs;
+//   - another lock of the same process, in the same table or another, keeps
+//     its heartbeats and is never taken;
+//   - a rival, connected directly, wins only after the holder knew.
+// Real leases are short (1.5 s); timings are never asserted, only orders.
+#include <atomic>
+#include <thread>
+
+#include "fault_proxy.hpp"
+#include "support.hpp"
+
+using namespace itest;
+using pgmutex::Mutex;
+using pgmutex::PostgresBackend;
+
+namespace {
+
+// Lease 1.5 s, a beat every 200 ms, an attempt may take 0.5 s.
+pgmutex::Options quick(std::string table, std::string lock, std::string instance) {
+  auto o = options(std::move(table), std::move(lock), std::move(instance));
+  o.heartbeat_interval = 200ms;
+  o.alert_threshold = 2s;
+  o.stale_threshold = 3s;
+  o.safety_margin = 1500ms;
+  o.heartbeat_timeout = 500ms;
+  return o;
+}
+
+// Polls `step` every 20 ms for up to `limit`; true once it returned true.
+template <class Step>
+bool poll_until(Step step, std::chrono::seconds limit = 20s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (step()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+struct TwoLocks {
+  std::string table = fresh_table("guarantee");
+  std::string other_table;
+  Mutex y;
+  Mutex::guard_type gy;
+
+  explicit TwoLocks(bool same_table)
+      : other_table(same_table ? table : fresh_table("guarantee_other")),
+        y(PostgresBackend(""), quick(other_table, "y", "holder")) {
+    Mutex setup(PostgresBackend(""), quick(table, "x", "setup"));
+    setup.create_schema();
+    y.create_schema();
+    gy = y.try_acquire();
+    REQUIRE(gy);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a heartbeat behind another session's row lock: its holder gives up on time, the other lock goes on",
+          "[guarantee][rowlock]") {
+  const bool same_table = GENERATE(true, false);
+  INFO((same_table ? "both locks in one table" : "the locks in two tables"));
+  TwoLocks locks(same_table);
+  Mutex x(PostgresBackend(""), quick(locks.table, "x", "holder"));
+  auto gx = x.try_acquire();
+  REQUIRE(gx);
+
+  // Another session locks x's row for 5 s: x's heartbeats wait on it (each
+  // ended by its lock_timeout and retried), and so would a rival's reclaim.
+  std::atomic<bool> blocker_done{false};
+  std::thread blocker([&] {
+    pqxx::connection c("");
+    pqxx::work tx(c);
+    tx.exec("SELECT 1 FROM " + locks.table + " WHERE lock_name = 'x' FOR UPDATE");
+    tx.exec("SELECT pg_sleep(5)");
+    tx.commit();
+    blocker_done = true;
+  });
+
+  bool lost_while_blocked = false;
+  CHECK(poll_until([&] {
+    (void)gx.fence();  // the accessors answer while the statement waits
+    (void)x.held();
+    if (!gx.lost()) return false;
+    lost_while_blocked = !blocker_done;
+    return true;
+  }));
+  CHECK(lost_while_blocked);
+  CHECK(gx.stop_token().stop_requested());
+  blocker.join();
+
+  // The rival can take x once the row is stale; y was never in danger.
+  Mutex rival(PostgresBackend(""), quick(locks.table, "x", "rival"));
+  CHECK(poll_until([&] { return static_cast<bool>(rival.try_acquire()); }));
+  CHECK_FALSE(locks.gy.lost());
+  CHECK(locks.y.held());
+  auto y_row = locks.y.inspect();
+  REQUIRE(y_row);
+  CHECK(y_row->instance_id == "holder");
+  CHECK(y_row->seconds_since_heartbeat < 1.5);
+}
+
+TEST_CASE("a frozen peer: the holder knows before a rival connected directly can take the lock",
+          "[guarantee][frozen]") {
+  const bool same_table = GENERATE(true, false);
+  INFO((same_table ? "both locks in one table" : "the locks in two tables"));
+  TwoLocks locks(same_table);
+  FaultProxy proxy;
+  Mutex x(PostgresBackend(proxy.dsn()), quick(locks.table, "x", "holder"));
+  auto gx = x.try_acquire();
+  REQUIRE(gx);
+
+  proxy.set("freeze");  // the server never answers x again; the kernel still ACKs
+  Mutex rival(PostgresBackend(""), quick(locks.table, "x", "rival"));
+  bool holder_knew_first = false;
+  CHECK(poll_until([&] {
+    (void)gx.fence();
+    (void)x.held();
+    auto won = rival.try_acquire();
+    if (!won) return false;
+    holder_knew_first = gx.lost();  // read right after the rival won
+    return true;
+  }));
+  CHECK(holder_knew_first);
+  CHECK(gx.stop_token().stop_requested());
+  CHECK_FALSE(locks.gy.lost());
+  CHECK(locks.y.held());
+  proxy.set("pass");
+}
