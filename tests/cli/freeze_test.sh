@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A frozen peer during a hold: tests/tools/fault_proxy.py sits between pgmutex
+# and the server and stops answering (the connection stays open, the kernel
+# still ACKs). The lease deadline still fires, the command's group is dead
+# before a rival connected directly gets the lock, and pgmutex exits 70.
+source "$(dirname "$0")/lib.sh" "$@"
+proxy_script="$(cd "$(dirname "$0")/../tools" && pwd)/fault_proxy.py"
+: "${PGMUTEX_TEST_TCP_HOST:?run under scripts/with-postgres}"
+
+expect 0 "schema" pgm schema
+
+python3 "$proxy_script" --upstream "$PGMUTEX_TEST_TCP_HOST:$PGPORT" --max-lifetime 120 >"$WORK/proxy.out" &
+background_pids+=("$!")
+wait_for_file "$WORK/proxy.out"
+read -r _ address _ control <"$WORK/proxy.out"
+proxy_port=${address##*:}
+control_port=${control##*:}
+
+# proxy_mode MODE: pass | freeze | ...; returns once the proxy applies it.
+proxy_mode() {
+  local reply
+  exec 3<>"/dev/tcp/127.0.0.1/$control_port"
+  echo "$1" >&3
+  read -r reply <&3
+  exec 3<&-
+  equal "$reply" "ok $1" "the proxy is in $1 mode"
+}
+
+short=(--heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 4 --grace 0.5)
+# The command ignores SIGTERM, so only the SIGKILL after --grace ends it.
+"$PGMUTEX" run --table "$TABLE" --dsn "host=127.0.0.1 port=$proxy_port" --lock frozen "${short[@]}" \
+  -- sh -c 'trap "" TERM; echo $$ >"$0"; while :; do sleep 0.1; done' "$WORK/pid" \
+  >"$WORK/holder.out" 2>"$WORK/holder.err" &
+holder=$!
+background_pids+=("$holder")
+wait_for_file "$WORK/pid"
+command_pid=$(cat "$WORK/pid")
+
+proxy_mode freeze
+# The rival, connected directly, tries until it gets the lock; its command
+# then looks at the holder's command.
+rival_rc=75
+for _ in $(seq 1 300); do
+  pgm run --lock frozen "${short[@]}" -- sh -c \
+    "stat=\$(ps -o stat= -p $command_pid); case \"\$stat\" in ''|Z*) echo dead ;; *) echo alive ;; esac" \
+    >"$WORK/rival.out" 2>"$WORK/rival.err"
+  rival_rc=$?
+  [[ $rival_rc -ne 75 ]] && break
+  sleep 0.05
+done
+equal "$rival_rc" "0" "the rival got the lock and ran its command"
+contains "$WORK/rival.out" "dead" "the frozen holder's command was dead before the rival got the lock"
+wait_exit "$holder" 30
+equal "$EXIT" "70" "the frozen holder exits 70"
+contains "$WORK/holder.err" "lock 'frozen' was lost" "and says the lock was lost"
+proxy_mode pass
+finish
