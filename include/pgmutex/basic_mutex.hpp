@@ -190,15 +190,8 @@ class BasicMutex {
       return with_context(backend.inspect(lock_ref()));
     }
 
-    Result<guard_type> try_acquire() {
-      Attempt attempt;
-      {
-        detail::IoLock io(io_gate_);
-        if (!io) return reentered();
-        attempt = try_acquire_io();
-      }
-      return finish(std::move(attempt));
-    }
+    // The statements under io_gate_, then (the gate left) the book and the hooks.
+    Result<guard_type> try_acquire() { return finish(locked_attempt()); }
 
     Result<guard_type> acquire(std::optional<duration> timeout, std::stop_token stop) {
       const time_point start = clock.now();
@@ -264,8 +257,10 @@ class BasicMutex {
       // A pending wake-up stays: it finds nothing held and ends, and keeps
       // acquire/release cycles free of executor work.
       const HolderKey key = holder_key(ended->grant);
-      Result<void> deleted = reentered();
-      if (detail::IoLock io(io_gate_); io) {
+      Result<void> deleted;
+      if (detail::IoLock io(io_gate_); !io) [[unlikely]] {
+        deleted = reentered();
+      } else {
         deleted = backend.release(key);
         // Transient failures are retried; other errors end it.
         for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
@@ -283,7 +278,7 @@ class BasicMutex {
         return {};
       }
       if (ended->was_lost && deleted.error() == Errc::lock_not_held)
-        return fail(Errc::lock_not_held, context() + " was lost before release: " + ended->lost_reason.message());
+        return fail(Errc::lock_not_held, context() + " was lost before release: " + book.lost_reason().message());
       return with_context(std::move(deleted));
     }
 
@@ -341,27 +336,43 @@ class BasicMutex {
 
     // ---- acquiring: the statements under io_gate_, the hooks after ---------
 
-    // What one try came to, and the hooks it owes, fired once io_gate_ is left.
+    // What one try came to, and the hooks it owes, fired once io_gate_ is
+    // left. Built only by the named makers below, each setting what its
+    // outcome needs: a try is on every poll's path, and zeroing a large
+    // record per try shows in the cycle's cost.
     struct Attempt {
-      Result<void> error;  // set: the try failed
-      bool acquired = false;
-      Fence fence = 0;
+      enum class Kind : unsigned char { won, taken, failed };
+      Kind kind;
+      bool alert = false;
+      Fence fence;
       GrantToken token = 0;
       time_point sent{};
-      std::optional<std::string> reclaimed_from;
-      std::optional<HolderInfo> holder;  // not acquired: who holds it
-      bool alert = false;
+      double age_s = 0;
+      std::string who;            // won by reclaim: the previous holder; taken: the holder
+      std::optional<Error> error;  // failed: why
+
+      static Attempt won(Fence f, GrantToken t, time_point at, std::string previous = {}) {
+        return Attempt{Kind::won, false, f, t, at, 0, std::move(previous), std::nullopt};
+      }
+      static Attempt taken(std::string holder, Fence f, double age, bool alert) {
+        return Attempt{Kind::taken, alert, f, 0, {}, age, std::move(holder), std::nullopt};
+      }
+      static Attempt failed(Error e) { return Attempt{Kind::failed, false, 0, 0, {}, 0, {}, std::move(e)}; }
     };
+
+    Attempt locked_attempt() {
+      detail::IoLock io(io_gate_);
+      if (!io) return Attempt::failed(reentered().value());
+      return try_acquire_io();
+    }
 
     // Called with io_gate_ held.
     Attempt try_acquire_io() {
-      Attempt out;
       if (book.holds()) {
         const auto g = book.current();
-        out.error = fail(Errc::already_acquired, context() + " is already held through this object (fence " +
-                                                     std::to_string(g ? g->fence : 0) +
-                                                     "); release it before acquiring again");
-        return out;
+        return Attempt::failed(Error(Errc::already_acquired, context() + " is already held through this object (fence " +
+                                                                 std::to_string(g ? g->fence : 0) +
+                                                                 "); release it before acquiring again"));
       }
       for (int tries = 0; tries < 2; ++tries) {
         const GrantToken token = next_token();
@@ -369,78 +380,64 @@ class BasicMutex {
         auto outcome = backend.try_acquire(
             AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold, token, options.heartbeat_timeout});
         if (outcome) {
-          if (outcome->acquired) {
-            out.acquired = true;
-            out.fence = outcome->fence;
-            out.token = token;
-            out.sent = sent;
-            if (outcome->reclaimed) out.reclaimed_from = std::move(outcome->holder);
-            return out;
-          }
+          if (outcome->acquired) [[likely]]
+            return Attempt::won(outcome->fence, token, sent,
+                                outcome->reclaimed ? std::move(outcome->holder) : std::string());
           // Our own row, created by an earlier acquire whose reply was lost:
           // its lease counts from the row's last heartbeat, not from now.
           if (is_in_doubt(outcome->holder_token)) return adopt(outcome->fence, outcome->holder_token, sent, outcome->holder_age_s);
           return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
         }
-        if (outcome.error() != Errc::outcome_unknown) {
-          out.error = with_context<void>(tl::unexpected(std::move(outcome.error())));
-          return out;
-        }
+        if (outcome.error() != Errc::outcome_unknown)
+          return Attempt::failed(with_context<void>(tl::unexpected(std::move(outcome.error()))).error());
         // The reply was lost: read the row back rather than guess. The token
         // says whether it is ours, never the instance_id (two objects may share one).
         in_doubt_.push_back(token);
         auto row = backend.inspect(lock_ref());
         if (!row) {
           // Still unknown: if our row did land, the next contact finds it by its token.
-          out.error = fail(Errc::outcome_unknown,
-                           context() + ": acquire reply lost and read-back failed: " + row.error().message());
-          return out;
+          return Attempt::failed(
+              Error(Errc::outcome_unknown, context() + ": acquire reply lost and read-back failed: " + row.error().message()));
         }
         if (*row && is_in_doubt((*row)->token))
           return adopt((*row)->fence, (*row)->token, sent, (*row)->seconds_since_heartbeat);
         if (*row) return contended((*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat);
         // Nothing landed and nobody holds the lock: one more try says which.
       }
-      out.error = fail(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies");
-      return out;
+      return Attempt::failed(Error(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies"));
     }
 
     Attempt adopt(Fence fence, GrantToken token, time_point sent, double age_s) {
       std::erase(in_doubt_, token);
-      Attempt out;
-      out.acquired = true;
-      out.fence = fence;
-      out.token = token;
-      out.sent = sent - age(age_s);
-      return out;
+      return Attempt::won(fence, token, sent - age(age_s));
     }
 
     Attempt contended(std::string holder, Fence holder_fence, double age_s) {
-      Attempt out;
       // Alert once per holder and fence.
+      bool alert = false;
       if (age_s >= std::chrono::duration<double>(options.alert_threshold).count() &&
           !(alerted_fence_ == holder_fence && alerted_holder_ == holder)) {
         alerted_holder_ = holder;
         alerted_fence_ = holder_fence;
-        out.alert = true;
+        alert = true;
       }
-      out.holder = HolderInfo{std::move(holder), holder_fence, age_s};
-      return out;
+      return Attempt::taken(std::move(holder), holder_fence, age_s, alert);
     }
 
     // Outside every lock: the grant is entered in the book, the wake-up is
     // armed, and the hooks run.
-    Result<guard_type> finish(Attempt&& a) {
-      if (!a.error) return tl::unexpected(std::move(a.error.error()));
-      if (!a.acquired) {
+    Result<guard_type> finish(Attempt a) {
+      if (a.kind == Attempt::Kind::failed) [[unlikely]]
+        return tl::unexpected(std::move(*a.error));
+      if (a.kind == Attempt::Kind::taken) {
         call_contended(metrics, options.lock_name, options.instance_id);
-        if (a.alert) call_alert(metrics, options.lock_name, a.holder->instance_id, a.holder->seconds_since_heartbeat);
-        return guard_type(Errc::lock_held, std::move(a.holder));
+        if (a.alert) call_alert(metrics, options.lock_name, a.who, a.age_s);
+        return guard_type(Errc::lock_held, HolderInfo{std::move(a.who), a.fence, a.age_s});
       }
       const time_point now = clock.now();
       const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval);
       arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()));
-      if (a.reclaimed_from) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, *a.reclaimed_from);
+      if (!a.who.empty()) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, a.who);
       call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
       add_owner();
       return guard_type(this, generation, a.fence);
@@ -478,9 +475,11 @@ class BasicMutex {
     // One heartbeat of grant `g`, on this thread; what its answer means goes
     // into the book, and loss is announced once no lock is held.
     Result<void> beat(const typename Book::Grant& g, bool automatic) {
-      Result<void> answer = reentered();
+      Result<void> answer;
       time_point sent = clock.now();
-      if (detail::IoLock io(io_gate_); io) {
+      if (detail::IoLock io(io_gate_); !io) [[unlikely]] {
+        answer = reentered();
+      } else {
         sent = clock.now();  // after any wait for io_gate_: when the statement really goes out
         answer = backend.heartbeat(holder_key(g));
       }

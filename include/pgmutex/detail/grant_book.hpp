@@ -112,17 +112,16 @@ class GrantBook {
   }
 
   // Ends the grant `generation` (released by its guard). Returns what the
-  // release statement needs and whether the lease had been lost, or nothing
-  // if that grant already ended.
+  // release statement needs and whether the lease had been lost (the reason
+  // stays readable through lost_reason()), or nothing if that grant already ended.
   struct Ended {
     Grant grant;
     bool was_lost = false;
-    Error lost_reason;
   };
   std::optional<Ended> end(std::uint64_t generation) {
     LightLock lock(mutex_);
     if (!held_ || generation != generation_) return std::nullopt;
-    Ended ended{Grant{fence_, token_, generation_}, lost_, lost_ ? lost_reason_ : Error{}};
+    Ended ended{Grant{fence_, token_, generation_}, lost_};
     held_ = false;
     lost_ = false;
     ++generation_;  // the guard's grant is over: its lost()/stop_token() no longer apply

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <atomic>
-#include <thread>
 
 #include "pgmutex/detail/light_mutex.hpp"
 
@@ -17,7 +16,7 @@ namespace pgmutex::detail {
 class IoGate {
  public:
   PGMUTEX_ALWAYS_INLINE bool enter() noexcept {
-    const std::thread::id me = std::this_thread::get_id();
+    const void* me = this_thread_tag();
     if (owner_.load(std::memory_order_relaxed) == me) [[unlikely]]
       return false;
     mutex_.lock();
@@ -25,13 +24,19 @@ class IoGate {
     return true;
   }
   PGMUTEX_ALWAYS_INLINE void leave() noexcept {
-    owner_.store(std::thread::id(), std::memory_order_relaxed);
+    owner_.store(nullptr, std::memory_order_relaxed);
     mutex_.unlock();
   }
 
  private:
+  // A per-thread address: what std::this_thread::get_id() tells, without a call.
+  PGMUTEX_ALWAYS_INLINE static const void* this_thread_tag() noexcept {
+    static thread_local const char tag = 0;
+    return &tag;
+  }
+
   LightMutex mutex_;
-  std::atomic<std::thread::id> owner_{};  // compared only with the reader's own id
+  std::atomic<const void*> owner_{nullptr};  // compared only with the reader's own tag
 };
 
 class [[nodiscard]] IoLock {

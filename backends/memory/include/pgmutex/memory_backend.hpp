@@ -249,9 +249,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
 
   // Called before an operation takes mutex_: waits while its connection
   // hangs. An error if its timeout passed first.
-  std::optional<Error> wait_if_hung(std::string_view connection, std::chrono::nanoseconds timeout) {
-    if (!any_hung_.load(std::memory_order_acquire)) [[likely]]
-      return std::nullopt;
+  PGMUTEX_ALWAYS_INLINE bool any_hung() const noexcept { return any_hung_.load(std::memory_order_acquire); }
+  PGMUTEX_NOINLINE std::optional<Error> wait_if_hung(std::string_view connection, std::chrono::nanoseconds timeout) {
     const auto is_hung = [&] {
       std::lock_guard lock(hang_mutex_);
       return hung_.find(connection) != hung_.end();
@@ -396,7 +395,7 @@ class MemoryBackend {
   Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept {
     server_->delay();
     Result<AcquireResult> out;  // built in place and returned by name: no moves of the holder string
-    if (auto hung = server_->wait_if_hung(connection_, request.timeout)) [[unlikely]] {
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, request.timeout) : std::nullopt) [[unlikely]] {
       out = tl::unexpected(std::move(*hung));
       return out;
     }
@@ -450,7 +449,7 @@ class MemoryBackend {
 
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept {
     server_->delay();
-    if (auto hung = server_->wait_if_hung(connection_, keys.empty() ? std::chrono::nanoseconds{} : keys[0].timeout))
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, keys.empty() ? std::chrono::nanoseconds{} : keys[0].timeout) : std::nullopt)
       return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
@@ -473,7 +472,7 @@ class MemoryBackend {
 
   Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
     server_->delay();
-    if (auto hung = server_->wait_if_hung(connection_, statement_timeout_)) return tl::unexpected(std::move(*hung));
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, statement_timeout_) : std::nullopt) return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     auto table = server_->table(table_name);
@@ -529,7 +528,7 @@ class MemoryBackend {
   template <class Change>
   Result<std::optional<LockRow>> on_present_row(LockRef lock_ref, Change change) noexcept {
     server_->delay();
-    if (auto hung = server_->wait_if_hung(connection_, statement_timeout_)) [[unlikely]]
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, statement_timeout_) : std::nullopt) [[unlikely]]
       return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
@@ -545,7 +544,7 @@ class MemoryBackend {
   template <class Change>
   Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
     server_->delay();
-    if (auto hung = server_->wait_if_hung(connection_, key.timeout)) [[unlikely]]
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, key.timeout) : std::nullopt) [[unlikely]]
       return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
