@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# A holder paused with SIGSTOP keeps its lock from a rival with a shorter
+# --stale-threshold: the holder's threshold is stored with its grant.
+#
 # A frozen peer during a hold: tests/tools/fault_proxy.py sits between pgmutex
 # and the server and stops answering (the connection stays open, the kernel
 # still ACKs). The lease deadline still fires, the command's group is dead
@@ -54,4 +57,18 @@ wait_exit "$holder" 30
 equal "$EXIT" "70" "the frozen holder exits 70"
 contains "$WORK/holder.err" "lock 'frozen' was lost" "and says the lock was lost"
 proxy_mode pass
+
+# --- a paused holder with a long threshold, a rival with a short one ---------
+"$PGMUTEX" run --table "$TABLE" --lock patient --stale-threshold 600 -- sh -c 'echo $$ >"$0"; sleep 60' "$WORK/patient" \
+  >/dev/null 2>&1 &
+patient=$!
+background_pids+=("$patient")
+wait_for_file "$WORK/patient"
+kill -STOP "$patient"
+sleep 3  # past the rival's 2 s: only the holder's 600 s keeps the row
+expect 75 "a rival with --stale-threshold 2 cannot take a paused holder's lock kept with 600 s" \
+  pgm run --lock patient --heartbeat-interval 0.5 --alert-threshold 1 --stale-threshold 2 -- true
+kill -CONT "$patient"
+kill -TERM "$patient"
+wait_exit "$patient" 30
 finish
