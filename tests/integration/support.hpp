@@ -60,6 +60,23 @@ inline pqxx::result admin(const std::string& sql) {
   return tx.exec(sql);
 }
 
+// A table made with the seed package's exact DDL (no fence, no grant
+// columns), in a fresh schema of its own: returns "schema.mutex_lock".
+inline std::string seed_made_table(std::string_view stem) {
+  const std::string schema = fresh_table(stem);
+  admin("CREATE SCHEMA " + schema);
+  admin("CREATE TABLE " + schema +
+        ".mutex_lock ("
+        "  lock_name      VARCHAR(64) NOT NULL,"
+        "  locked         INT NOT NULL DEFAULT 1,"
+        "  instance_id    VARCHAR(64) NOT NULL,"
+        "  last_heartbeat TIMESTAMPTZ NOT NULL,"
+        "  acquired_at    TIMESTAMPTZ NOT NULL,"
+        "  CONSTRAINT uq_mutex_lock UNIQUE (locked, lock_name),"
+        "  CONSTRAINT chk_locked CHECK (locked = 1))");
+  return schema + ".mutex_lock";
+}
+
 inline pgmutex::Options options(std::string table, std::string lock, std::string instance = {}) {
   pgmutex::Options o;
   o.table = std::move(table);

@@ -235,17 +235,8 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
 }
 
 TEST_CASE("create_schema upgrades a table made with the seed's exact DDL", "[backend][schema]") {
-  const std::string schema = fresh_table("seed");
-  admin("CREATE SCHEMA " + schema);
-  admin("CREATE TABLE " + schema +
-        ".mutex_lock ("
-        "  lock_name      VARCHAR(64) NOT NULL,"
-        "  locked         INT NOT NULL DEFAULT 1,"
-        "  instance_id    VARCHAR(64) NOT NULL,"
-        "  last_heartbeat TIMESTAMPTZ NOT NULL,"
-        "  acquired_at    TIMESTAMPTZ NOT NULL,"
-        "  CONSTRAINT uq_mutex_lock UNIQUE (locked, lock_name),"
-        "  CONSTRAINT chk_locked CHECK (locked = 1))");
+  const std::string seed_table = seed_made_table("seed");
+  const std::string schema = seed_table.substr(0, seed_table.find('.'));
   admin("INSERT INTO " + schema + ".mutex_lock VALUES ('old-job', 1, 'seed-holder', now(), now())");
   const std::string table = schema + ".mutex_lock";
 

@@ -37,17 +37,8 @@ constexpr GrantToken big_token = 0xF000'0000'0000'0001ULL;
 TEST_CASE("a table made by the seed's DDL is upgraded: its rows have no token and are reclaimed when stale; "
           "new grants store token and threshold",
           "[grants][schema]") {
-  const std::string schema = fresh_table("seedgrants");
-  admin("CREATE SCHEMA " + schema);
-  admin("CREATE TABLE " + schema +
-        ".mutex_lock ("
-        "  lock_name      VARCHAR(64) NOT NULL,"
-        "  locked         INT NOT NULL DEFAULT 1,"
-        "  instance_id    VARCHAR(64) NOT NULL,"
-        "  last_heartbeat TIMESTAMPTZ NOT NULL,"
-        "  acquired_at    TIMESTAMPTZ NOT NULL,"
-        "  CONSTRAINT uq_mutex_lock UNIQUE (locked, lock_name),"
-        "  CONSTRAINT chk_locked CHECK (locked = 1))");
+  const std::string seed_table = seed_made_table("seedgrants");
+  const std::string schema = seed_table.substr(0, seed_table.find('.'));
   admin("INSERT INTO " + schema + ".mutex_lock VALUES ('live', 1, 'seed-live', now(), now()), "
         "('dead', 1, 'seed-dead', now() - interval '1 hour', now() - interval '1 hour')");
   const std::string table = schema + ".mutex_lock";

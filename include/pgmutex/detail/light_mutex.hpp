@@ -28,6 +28,16 @@ namespace pgmutex {
 
 namespace detail {
 
+// Whether the process has only ever had one thread (glibc's
+// __libc_single_threaded): then nobody else can touch what we touch.
+PGMUTEX_ALWAYS_INLINE bool process_single_threaded() noexcept {
+#if PGMUTEX_HAS_SINGLE_THREADED
+  return __libc_single_threaded != 0;
+#else
+  return false;
+#endif
+}
+
 // The mutex of BasicMutex's state and of MemoryServer, as cheap as the
 // platform allows. In a process that has only ever had one thread (glibc's __libc_single_threaded,
 // which stays false once a second thread was created) it takes and leaves the
@@ -57,13 +67,7 @@ class LightMutex {
   }
 
  private:
-  PGMUTEX_ALWAYS_INLINE static bool single_threaded() noexcept {
-#if PGMUTEX_HAS_SINGLE_THREADED
-    return __libc_single_threaded != 0;
-#else
-    return false;
-#endif
-  }
+  PGMUTEX_ALWAYS_INLINE static bool single_threaded() noexcept { return process_single_threaded(); }
 
   PGMUTEX_NOINLINE void lock_contended() noexcept {
     for (int spin = 0; spin < 100; ++spin) {
@@ -101,13 +105,7 @@ class LightRefCount {
   }
 
  private:
-  PGMUTEX_ALWAYS_INLINE static bool single_threaded() noexcept {
-#if PGMUTEX_HAS_SINGLE_THREADED
-    return __libc_single_threaded != 0;
-#else
-    return false;
-#endif
-  }
+  PGMUTEX_ALWAYS_INLINE static bool single_threaded() noexcept { return process_single_threaded(); }
   std::atomic<int> count_;
 };
 
