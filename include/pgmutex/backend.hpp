@@ -134,6 +134,16 @@ concept BackendReportsCommitMode = requires(const B& b) {
   { b.heartbeat_commits_asynchronously() } noexcept -> std::same_as<bool>;
 };
 
+// The server session the last operation ran on, as a number that changes
+// when the session does (a reconnect, another server process). Where
+// heartbeats commit asynchronously, a heartbeat counts as durable only once a
+// later one succeeded in the same session: a server restart in between may
+// have forgotten it. Absent: every operation is taken to run in one session.
+template <class B>
+concept BackendReportsSession = requires(const B& b) {
+  { b.session() } noexcept -> std::same_as<std::uint64_t>;
+};
+
 // Heartbeat many grants in one statement; element i is false if key i is no longer held.
 template <class B>
 concept BackendBatchesHeartbeats = requires(B& b, std::span<const HolderKey> keys) {

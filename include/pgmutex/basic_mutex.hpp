@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -58,14 +59,14 @@ class BasicMutex {
 
   // Throws InvalidArgumentError naming the option and the rule it breaks.
   BasicMutex(B backend, Options options, C clock = {}, M metrics = {}, E executor = {})
-      : state_(new State(value_or_throw(validate(std::move(options), traits_of(backend))), std::move(backend),
-                         std::move(clock), std::move(metrics), std::move(executor))) {}
+      : state_(value_or_throw(make_state(std::move(backend), std::move(options), std::move(clock), std::move(metrics),
+                                         std::move(executor)))) {}
 
   static Result<BasicMutex> create(B backend, Options options, C clock = {}, M metrics = {}, E executor = {}) {
-    auto valid = validate(std::move(options), traits_of(backend));
-    if (!valid) return tl::unexpected(std::move(valid.error()));
-    return BasicMutex(new State(std::move(*valid), std::move(backend), std::move(clock), std::move(metrics),
-                                std::move(executor)));
+    auto state = make_state(std::move(backend), std::move(options), std::move(clock), std::move(metrics),
+                            std::move(executor));
+    if (!state) return tl::unexpected(std::move(state.error()));
+    return BasicMutex(*state);
   }
 
   BasicMutex(BasicMutex&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
@@ -140,6 +141,14 @@ class BasicMutex {
 
   explicit BasicMutex(State* state) noexcept : state_(state) {}
 
+  // The options are checked against what the backend tells (its commit mode)
+  // before the backend moves into the state.
+  static Result<State*> make_state(B&& backend, Options&& options, C&& clock, M&& metrics, E&& executor) {
+    auto valid = validate(std::move(options), traits_of(backend));
+    if (!valid) return tl::unexpected(std::move(valid.error()));
+    return new State(std::move(*valid), std::move(backend), std::move(clock), std::move(metrics), std::move(executor));
+  }
+
   // Everything lives here, at a stable address, shared by the mutex, its
   // guard, singleton wrappers and the executor's tasks.
   class State {
@@ -149,7 +158,9 @@ class BasicMutex {
 
     State(ValidOptions o, B b, C c, M m, E e)
         : options(std::move(o)), backend(std::move(b)), clock(std::move(c)), metrics(std::move(m)),
-          executor(std::move(e)), book(options.lease()), token_state_(std::random_device{}()) {
+          executor(std::move(e)), book(options.lease(), traits_of(backend).heartbeat_commits_asynchronously,
+                                       options.heartbeat_interval),
+          token_state_(std::random_device{}()) {
       token_state_ = (token_state_ << 32) ^ std::random_device{}();
     }
 
@@ -239,10 +250,20 @@ class BasicMutex {
     // ---- what the guard calls --------------------------------------------
 
     bool grant_lost(std::uint64_t which) const noexcept { return book.lost(which); }
+    bool grant_holds(std::uint64_t which) const noexcept { return book.holds(which); }
     std::stop_token grant_stop_token(std::uint64_t which) { return book.stop_token(which); }
 
-    // A manual heartbeat, on the caller's thread.
+    // A manual heartbeat, on the caller's thread. A stop callback it runs may
+    // release the last owner (a guard that outlived its mutex): the state
+    // stays allocated until this call is done.
     Result<void> heartbeat_grant(std::uint64_t which) {
+      add_reference();
+      Result<void> result = heartbeat_grant_referenced(which);
+      drop_reference(this);
+      return result;
+    }
+
+    Result<void> heartbeat_grant_referenced(std::uint64_t which) {
       const auto grant = book.beat_grant(which);
       if (!grant) return fail(Errc::lock_not_held, context() + ": " + grant.error().detail);
       Result<void> answer = beat(*grant, /*automatic=*/false);
@@ -253,7 +274,10 @@ class BasicMutex {
 
     Result<void> release_grant(std::uint64_t which) {
       auto ended = book.end(which);
-      if (!ended) return fail(Errc::lock_not_held, context() + " grant already ended");
+      if (!ended) {
+        book.forget(which);  // its guard is going: no one will ask how it ended
+        return fail(Errc::lock_not_held, context() + " grant already ended");
+      }
       // A pending wake-up stays: it finds nothing held and ends, and keeps
       // acquire/release cycles free of executor work.
       const HolderKey key = holder_key(ended->grant);
@@ -276,6 +300,11 @@ class BasicMutex {
       if (deleted) [[likely]] {
         call_released(metrics, options.lock_name, options.instance_id);
         return {};
+      }
+      if (deleted.error() == Errc::backend_unavailable || deleted.error() == Errc::outcome_unknown) {
+        // Our row may still be there: found by its token at the next contact
+        // (adopted by an acquire, deleted when the mutex goes), not left to go stale.
+        if (detail::IoLock io(io_gate_); io) in_doubt_.push_back(key.token);
       }
       if (ended->was_lost && deleted.error() == Errc::lock_not_held)
         return fail(Errc::lock_not_held, context() + " was lost before release: " + book.lost_reason().message());
@@ -303,14 +332,29 @@ class BasicMutex {
     // The last owner went: no wake-up may run from now on. cancel() waits for
     // a wake-up that is running; it may have posted a task, which holds its
     // own reference.
+    // Posted tasks that have not started yet find it closed and do nothing;
+    // running ones (a statement, bounded by its timeout) are waited for,
+    // unless this is one of them, so that no hook or statement of this mutex
+    // runs after its last owner went.
     void close() noexcept {
       std::vector<Wakeup> pending;
       {
         detail::LightLock lock(wakeup_mutex_);
         closing_ = true;
+        closed_.store(true, std::memory_order_release);
         pending.swap(wakeups_);
       }
       for (const Wakeup& w : pending) executor.cancel(w.task);
+      const int own = running_here() ? 1 : 0;
+      for (int n = running_.load(std::memory_order_acquire); n > own; n = running_.load(std::memory_order_acquire))
+        running_.wait(n, std::memory_order_acquire);
+    }
+
+    // Whether this thread is inside a posted task of this state.
+    bool running_here() const noexcept { return current_task_state() == this; }
+    static const State*& current_task_state() noexcept {
+      static thread_local const State* state = nullptr;
+      return state;
     }
 
     tl::unexpected<Error> reentered() const {
@@ -348,16 +392,17 @@ class BasicMutex {
       GrantToken token = 0;
       time_point sent{};
       double age_s = 0;
+      std::uint64_t session = 0;  // won: the server session that granted it
       std::string who;            // won by reclaim: the previous holder; taken: the holder
       std::optional<Error> error;  // failed: why
 
-      static Attempt won(Fence f, GrantToken t, time_point at, std::string previous = {}) {
-        return Attempt{Kind::won, false, f, t, at, 0, std::move(previous), std::nullopt};
+      static Attempt won(Fence f, GrantToken t, time_point at, std::uint64_t session, std::string previous = {}) {
+        return Attempt{Kind::won, false, f, t, at, 0, session, std::move(previous), std::nullopt};
       }
       static Attempt taken(std::string holder, Fence f, double age, bool alert) {
-        return Attempt{Kind::taken, alert, f, 0, {}, age, std::move(holder), std::nullopt};
+        return Attempt{Kind::taken, alert, f, 0, {}, age, 0, std::move(holder), std::nullopt};
       }
-      static Attempt failed(Error e) { return Attempt{Kind::failed, false, 0, 0, {}, 0, {}, std::move(e)}; }
+      static Attempt failed(Error e) { return Attempt{Kind::failed, false, 0, 0, {}, 0, 0, {}, std::move(e)}; }
     };
 
     Attempt locked_attempt() {
@@ -381,7 +426,7 @@ class BasicMutex {
             AcquireRequest{lock_ref(), options.instance_id, options.stale_threshold, token, options.heartbeat_timeout});
         if (outcome) {
           if (outcome->acquired) [[likely]]
-            return Attempt::won(outcome->fence, token, sent,
+            return Attempt::won(outcome->fence, token, sent, session_of_last(),
                                 outcome->reclaimed ? std::move(outcome->holder) : std::string());
           // Our own row, created by an earlier acquire whose reply was lost:
           // its lease counts from the row's last heartbeat, not from now.
@@ -409,7 +454,7 @@ class BasicMutex {
 
     Attempt adopt(Fence fence, GrantToken token, time_point sent, double age_s) {
       std::erase(in_doubt_, token);
-      return Attempt::won(fence, token, sent - age(age_s));
+      return Attempt::won(fence, token, sent - age(age_s), session_of_last());
     }
 
     Attempt contended(std::string holder, Fence holder_fence, double age_s) {
@@ -435,12 +480,18 @@ class BasicMutex {
         return guard_type(Errc::lock_held, HolderInfo{std::move(a.who), a.fence, a.age_s});
       }
       const time_point now = clock.now();
-      const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval);
+      const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session);
       arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()));
       if (!a.who.empty()) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, a.who);
       call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
       add_owner();
       return guard_type(this, generation, a.fence);
+    }
+
+    // Called with io_gate_ held: the server session of the last statement.
+    std::uint64_t session_of_last() const noexcept {
+      if constexpr (BackendReportsSession<B>) return backend.session();
+      else return 0;
     }
 
     bool is_in_doubt(GrantToken token) const noexcept {
@@ -476,15 +527,17 @@ class BasicMutex {
     // into the book, and loss is announced once no lock is held.
     Result<void> beat(const typename Book::Grant& g, bool automatic) {
       Result<void> answer;
+      std::uint64_t session = 0;
       time_point sent = clock.now();
       if (detail::IoLock io(io_gate_); !io) [[unlikely]] {
         answer = reentered();
       } else {
         sent = clock.now();  // after any wait for io_gate_: when the statement really goes out
         answer = backend.heartbeat(holder_key(g));
+        session = session_of_last();
       }
       const time_point now = clock.now();
-      auto applied = book.apply_beat(g, sent, now, answer, automatic, options.heartbeat_interval, retry_base);
+      auto applied = book.apply_beat(g, sent, now, answer, automatic, options.heartbeat_interval, retry_base, session);
       if (applied.next_wakeup) arm_wakeup(*applied.next_wakeup);
       if (answer) {
         call_heartbeat_latency(metrics, options.lock_name, options.instance_id,
@@ -507,10 +560,22 @@ class BasicMutex {
     template <class F>
     void post(F fn) {
       add_reference();
-      executor.post([this, fn = std::move(fn)]() mutable {
-        fn();
-        drop_reference(this);
-      });
+      try {
+        executor.post([this, fn = std::move(fn)]() mutable {
+          if (!closed_.load(std::memory_order_acquire)) {
+            running_.fetch_add(1, std::memory_order_acq_rel);
+            const State* outer = std::exchange(current_task_state(), this);
+            fn();
+            current_task_state() = outer;
+            running_.fetch_sub(1, std::memory_order_acq_rel);
+            running_.notify_all();
+          }
+          drop_reference(this);
+        });
+      } catch (...) {
+        drop_reference(this);  // no thread or memory for it: the next wake-up tries again
+        book.beat_not_started();
+      }
     }
 
     // ---- the wake-up: the lease timer and the heartbeat's cadence -----------
@@ -523,30 +588,37 @@ class BasicMutex {
       detail::LightLock lock(wakeup_mutex_);
       if (closing_) return;
       for (const Wakeup& w : wakeups_)
-        if (w.due <= due) return;
+        if (!w.running && w.due <= due) return;
       const std::uint64_t id = ++last_wakeup_;
       const auto delay = std::max(duration::zero(), std::chrono::duration_cast<duration>(due - clock.now()));
-      wakeups_.push_back(Wakeup{id, 0, due});
-      wakeups_.back().task = executor.schedule_after(delay, [this, id] { on_wakeup(id); });
+      wakeups_.reserve(wakeups_.size() + 1);  // may throw before anything is scheduled, not after
+      const TaskId task = executor.schedule_after(delay, [this, id] { on_wakeup(id); });
+      wakeups_.push_back(Wakeup{id, task, due, false});
     }
 
+    // The entry stays (marked running) until the wake-up is done, so that a
+    // close() meanwhile cancels it, which waits for it to finish.
     void on_wakeup(std::uint64_t id) {
       {
         detail::LightLock lock(wakeup_mutex_);
-        std::erase_if(wakeups_, [id](const Wakeup& w) { return w.id == id; });
         if (closing_) return;
+        for (Wakeup& w : wakeups_)
+          if (w.id == id) w.running = true;
       }
       auto due = book.on_timer(clock.now());
       if (due.next_wakeup) arm_wakeup(*due.next_wakeup);
       if (due.beat) post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); });
       // Off the timer: a stop callback may block, and other locks' deadlines must not wait for it.
       if (due.lost) post([this, notice = std::move(*due.lost)]() mutable { announce_lost(std::move(notice)); });
+      detail::LightLock lock(wakeup_mutex_);
+      std::erase_if(wakeups_, [id](const Wakeup& w) { return w.id == id; });
     }
 
     struct Wakeup {
       std::uint64_t id;
       TaskId task;
       time_point due;
+      bool running;
     };
 
     // Serializes statements: a backend connection never serves two threads.
@@ -561,6 +633,8 @@ class BasicMutex {
     std::vector<Wakeup> wakeups_;      // pending wake-ups: one, but for a moment after a re-grant
     std::uint64_t last_wakeup_ = 0;
     bool closing_ = false;
+    std::atomic<bool> closed_{false};  // closing_, for posted tasks that must not take wakeup_mutex_
+    std::atomic<int> running_{0};      // posted tasks running now
 
     detail::LightRefCount owners_{1};
     detail::LightRefCount references_{1};

@@ -48,7 +48,7 @@ class BasicGuard {
 
   // True while this guard holds the lock: acquired, not released, and the
   // lease not lost. Never waits for I/O.
-  explicit operator bool() const noexcept { return state_ != nullptr && !state_->grant_lost(generation_); }
+  explicit operator bool() const noexcept { return state_ != nullptr && state_->grant_holds(generation_); }
   // True while this guard owns its grant: acquired and not yet released. A
   // lost lease still owns its grant (the destructor releases it): see lost().
   [[nodiscard]] bool owns_lock() const noexcept { return state_ != nullptr; }

@@ -152,6 +152,8 @@ TEST_CASE("no error text and no redacted DSN ever contains the password", "[back
       // Nobody listens there.
       "host=127.0.0.1 port=1 user=x password=" + secret,
       "postgresql://x:" + secret + "@127.0.0.1:1/db",
+      // A '?' in the password: libpq's user info runs to the first '@' before any '/'.
+      "postgresql://x:" + secret + "?q@127.0.0.1:1/db",
       // Odd, but libpq parses it, then quotes the whole URI in its complaint.
       "postgresql://x:" + secret + " more@127.0.0.1:1/db",
       // Malformed: an option libpq does not know.

@@ -1,10 +1,19 @@
 // Randomized simulation, FoundationDB/VOPR style: one root seed, a stream per
-// component, virtual time, injected faults (failures, lost replies,
-// partitions, statements that hang until released, clients with different
-// stale thresholds); after every step the safety invariants are checked:
-// fences increase, at most one instance believes it holds, a believer's row
-// is its own, and no instance believes it holds past its lease deadline. A failure prints the seed; replay one with
+// component, virtual time, injected faults: failures, lost replies,
+// partitions, statements that hang until released, server restarts that
+// forget heartbeats committed asynchronously, clients whose clocks drift by
+// up to ±5% and that keep different stale thresholds, several locks in
+// several tables. After every step the safety invariants are checked, per lock:
+//   - fences are granted in increasing order;
+//   - at most one instance believes it holds the lock, and the row is its own;
+//   - no instance believes it holds past its lease deadline (the row's age,
+//     in true time, is below the believer's lease on its own clock);
+//   - a fenced resource written by every believer never sees a lower fence
+//     after a higher one.
+// A failure prints the seed; replay one with
 //   PGMUTEX_SIM_SEED=<seed> build/tests/sim/sim_tests
+// PGMUTEX_SIM_SHARD=K/N runs the K-th of N slices of the seeds (CI runs the
+// slices as parallel tests); PGMUTEX_SIM_SEEDS sets how many seeds in all.
 #include "pgmutex/testing/simulation.hpp"
 #include "pgmutex/testing/prng.hpp"
 
@@ -20,12 +29,22 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int instance_count = 4;
-constexpr int steps_per_run = 400;
+constexpr int instance_count = 8;
+constexpr int steps_per_run = 300;
+constexpr std::uint64_t default_seeds = 100000;
+
+// Four locks in two tables; instance i contends for lock i % 4.
+struct LockSpot {
+  const char* table;
+  const char* name;
+};
+constexpr std::array<LockSpot, 4> spots{{{"mutex_lock", "job"}, {"mutex_lock", "report"},
+                                         {"other_locks", "job"}, {"other_locks", "sync"}}};
 
 struct Outcome {
   int grants = 0;
   int losses = 0;
+  int restarts = 0;
   std::string failure;  // empty: every invariant held
 };
 
@@ -34,53 +53,67 @@ Outcome simulate(std::uint64_t seed) {
   Prng actions = root.fork("actions");
   Prng faults = root.fork("faults");
   Prng time = root.fork("time");
+  Prng setup = root.fork("setup");
 
   Simulation sim;
+  const bool asynchronous = setup.chance(1, 2);
+  if (asynchronous) sim.server().set_asynchronous_heartbeats(600ms);
+
   std::vector<SimMutex> instances;
   std::vector<SimMutex::guard_type> guards(instance_count);
   std::vector<bool> partitioned(instance_count, false);
   std::vector<bool> hung(instance_count, false);
+  std::vector<double> rate(instance_count);
+  std::vector<double> lease_true_s(instance_count);  // the lease on the instance's clock, in true seconds at worst
   // Each client keeps its own thresholds: a rival with a shorter one must not
   // take the lock from a holder with a longer one before the holder gives up.
+  // The margin (a quarter) covers the ±5% drift besides an attempt and an interval.
   static constexpr std::array<std::chrono::seconds, 4> stale_choices{60s, 120s, 300s, 600s};
-  std::vector<std::chrono::nanoseconds> lease(instance_count);
   for (int i = 0; i < instance_count; ++i) {
-    const auto stale = stale_choices[faults.below(stale_choices.size())];
-    instances.push_back(sim.instance(Options{.lock_name = "job", .instance_id = "i" + std::to_string(i),
-                                             .heartbeat_interval = 10s, .alert_threshold = 30s,
-                                             .stale_threshold = stale}));
-    lease[i] = instances.back().options().lease();
+    const auto stale = stale_choices[setup.below(stale_choices.size())];
+    rate[i] = 0.95 + static_cast<double>(setup.below(101)) / 1000.0;  // 0.950 .. 1.050
+    const LockSpot spot = spots[static_cast<std::size_t>(i) % spots.size()];
+    instances.push_back(sim.instance(Options{.lock_name = spot.name, .instance_id = "i" + std::to_string(i),
+                                             .table = spot.table, .heartbeat_interval = 10s,
+                                             .alert_threshold = 30s, .stale_threshold = stale,
+                                             .safety_margin = stale / 4},
+                                     NoMetrics{}, rate[i]));
+    lease_true_s[i] = std::chrono::duration<double>(instances.back().options().lease()).count() / rate[i];
   }
   instances[0].create_schema();
+  instances[2].create_schema();
 
   Outcome out;
-  Fence last_fence = 0;
+  std::array<Fence, spots.size()> last_granted{};
+  std::array<Fence, spots.size()> resource{};  // the highest fence each protected resource accepted
   std::ostringstream why;
 
   for (int step = 0; step < steps_per_run && out.failure.empty(); ++step) {
     const int who = static_cast<int>(actions.below(instance_count));
-    switch (actions.below(9)) {
+    const std::size_t lock = static_cast<std::size_t>(who) % spots.size();
+    const std::string connection = "i" + std::to_string(who);
+    switch (actions.below(10)) {
       case 0:
       case 1:
-        if (!guards[who] || guards[who].lost()) {
+        if (!guards[who]) {
           auto attempt = instances[who].try_acquire(nothrow);
           if (attempt && *attempt) {
             ++out.grants;
-            if (attempt->fence() <= last_fence) {
-              why << "fence " << attempt->fence() << " granted after " << last_fence;
+            if (attempt->fence() <= last_granted[lock]) {
+              why << "step " << step << ": fence " << attempt->fence() << " granted after " << last_granted[lock];
               out.failure = why.str();
             }
-            last_fence = attempt->fence();
+            last_granted[lock] = attempt->fence();
             guards[who] = std::move(*attempt);
           }
         }
         break;
       case 2:
-        if (guards[who]) (void)guards[who].release(nothrow);
+        if (guards[who].owns_lock()) (void)guards[who].release(nothrow);
         break;
       case 3:
-        if (partitioned[who]) sim.server().heal("i" + std::to_string(who));
-        else sim.server().partition("i" + std::to_string(who));
+        if (partitioned[who]) sim.server().heal(connection);
+        else sim.server().partition(connection);
         partitioned[who] = !partitioned[who];
         break;
       case 4:
@@ -88,60 +121,93 @@ Outcome simulate(std::uint64_t seed) {
         else sim.server().fail_next(static_cast<int>(faults.between(1, 3)));
         break;
       case 5:
-        if (hung[who]) sim.server().unhang("i" + std::to_string(who));
-        else sim.server().hang("i" + std::to_string(who));
+        if (hung[who]) sim.server().unhang(connection);
+        else sim.server().hang(connection);
         hung[who] = !hung[who];
+        break;
+      case 6:
+        if (faults.chance(1, 4)) {
+          sim.server().restart();
+          ++out.restarts;
+        }
         break;
       default:
         sim.advance(std::chrono::seconds(time.between(1, 240)));
         break;
     }
 
-    // Safety: at most one instance believes it holds, it holds the row, and
-    // the row is younger than its lease (the server stamps a heartbeat after
-    // the holder sent it, so an older row means a deadline was missed).
-    int believers = 0;
-    for (int i = 0; i < instance_count; ++i) {
-      if (!guards[i] || guards[i].lost()) continue;
-      ++believers;
-      const auto row = sim.server().peek(LockRef{"mutex_lock", "job"});
-      if (!row || row->fence != guards[i].fence() || row->instance_id != "i" + std::to_string(i)) {
-        why << "step " << step << ": i" << i << " believes it holds fence " << guards[i].fence()
-            << " but the row is " << (row ? row->instance_id + " fence " + std::to_string(row->fence) : "gone");
-        out.failure = why.str();
-      } else if (row->seconds_since_heartbeat >= std::chrono::duration<double>(lease[i]).count()) {
-        why << "step " << step << ": i" << i << " believes it holds, but its row is " << row->seconds_since_heartbeat
-            << " s old, past its lease of " << std::chrono::duration<double>(lease[i]).count() << " s";
+    for (std::size_t l = 0; l < spots.size() && out.failure.empty(); ++l) {
+      const LockRef ref{spots[l].table, spots[l].name};
+      const auto row = sim.server().peek(ref);
+      int believers = 0;
+      for (int i = static_cast<int>(l); i < instance_count; i += static_cast<int>(spots.size())) {
+        if (!guards[i]) continue;  // empty, released or lost
+        ++believers;
+        const Fence fence = guards[i].fence();
+        if (!row || row->fence != fence || row->instance_id != "i" + std::to_string(i)) {
+          why << "step " << step << ": i" << i << " believes it holds " << ref.lock_name << " with fence " << fence
+              << " but the row is " << (row ? row->instance_id + " fence " + std::to_string(row->fence) : "gone");
+          out.failure = why.str();
+        } else if (row->seconds_since_heartbeat >= lease_true_s[i]) {
+          why << "step " << step << ": i" << i << " believes it holds " << ref.lock_name << ", but its row is "
+              << row->seconds_since_heartbeat << " s old, past its lease of " << lease_true_s[i]
+              << " s (true time, clock rate " << rate[i] << (asynchronous ? ", asynchronous heartbeats" : "") << ")";
+          out.failure = why.str();
+        }
+        // The believer writes to the resource it protects, fenced.
+        if (fence < resource[l]) {
+          why << "step " << step << ": the resource behind " << ref.lock_name << " got fence " << fence
+              << " after " << resource[l];
+          out.failure = why.str();
+        }
+        resource[l] = std::max(resource[l], fence);
+      }
+      if (believers > 1) {
+        why << "step " << step << ": " << believers << " instances believe they hold " << ref.lock_name;
         out.failure = why.str();
       }
     }
-    if (believers > 1) {
-      why << "step " << step << ": " << believers << " instances believe they hold the lock";
-      out.failure = why.str();
-    }
   }
-  for (auto& g : guards) out.losses += g && g.lost();
+  for (auto& g : guards) out.losses += g.owns_lock() && g.lost();
   return out;
+}
+
+std::uint64_t env_number(const char* name, std::uint64_t fallback) {
+  const char* text = std::getenv(name);
+  return text != nullptr && *text != '\0' ? std::strtoull(text, nullptr, 10) : fallback;
 }
 
 }  // namespace
 
-TEST_CASE("random schedules of acquires, releases, partitions and faults keep the lock safe", "[sim]") {
+TEST_CASE("random schedules of acquires, releases, partitions, hangs, restarts and faults keep every lock safe",
+          "[sim]") {
   std::vector<std::uint64_t> seeds;
   if (const char* chosen = std::getenv("PGMUTEX_SIM_SEED")) {
     seeds.push_back(std::strtoull(chosen, nullptr, 10));
   } else {
-    for (std::uint64_t s = 1; s <= 10000; ++s) seeds.push_back(s);
+    const std::uint64_t total = env_number("PGMUTEX_SIM_SEEDS", default_seeds);
+    std::uint64_t shard = 0, shards = 1;
+    if (const char* slice = std::getenv("PGMUTEX_SIM_SHARD")) {
+      std::string text(slice);
+      shard = std::stoull(text.substr(0, text.find('/')));
+      shards = std::stoull(text.substr(text.find('/') + 1));
+    }
+    for (std::uint64_t s = 1 + shard; s <= total; s += shards) seeds.push_back(s);
   }
   int grants = 0;
+  int restarts = 0;
   for (const auto seed : seeds) {
     const Outcome out = simulate(seed);
     grants += out.grants;
-    INFO("replay: PGMUTEX_SIM_SEED=" << seed << " build/tests/sim/sim_tests");
-    REQUIRE(out.failure == "");
+    restarts += out.restarts;
+    if (!out.failure.empty()) {
+      INFO("replay: PGMUTEX_SIM_SEED=" << seed << " build/tests/sim/sim_tests");
+      REQUIRE(out.failure == "");
+    }
   }
-  // The schedules must actually exercise the lock, or the invariants prove nothing.
+  // The schedules must actually exercise the locks, or the invariants prove nothing.
   CHECK(grants > static_cast<int>(seeds.size()));
+  if (seeds.size() > 100) CHECK(restarts > 0);
 }
 
 TEST_CASE("the same seed replays the same run", "[sim]") {

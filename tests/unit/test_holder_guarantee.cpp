@@ -291,3 +291,73 @@ TEST_CASE("the holder's stale threshold is kept with its grant", "[guarantee][th
   CHECK(held.lost());                // the holder gave up at its lease...
   CHECK(hasty.try_acquire());        // ...and the row is stale by the holder's own threshold
 }
+
+TEST_CASE("a stop callback may release a guard that outlived its mutex, from inside a manual heartbeat",
+          "[guarantee][lifetime]") {
+  Simulation sim;
+  Instance::guard_type guard;
+  {
+    Instance a = sim.instance(slow_statements("a"), RecordingMetrics{});
+    a.create_schema();
+    guard = a.try_acquire();
+  }
+  std::stop_callback on_stop(guard.stop_token(), [&] { (void)guard.release(nothrow); });
+  (void)sim.connection().force_release(LockRef{"mutex_lock", "job"});
+  CHECK(guard.heartbeat(nothrow).error() == Errc::lock_not_held);  // finds the row gone; the callback frees all
+  CHECK_FALSE(guard.owns_lock());
+}
+
+TEST_CASE("a guard answers for its own grant, whatever came after it", "[guarantee][generations]") {
+  Simulation sim;
+  Instance a = sim.instance(slow_statements("a"), RecordingMetrics{});
+  a.create_schema();
+  SECTION("released through the mutex: no longer true") {
+    auto guard = a.try_acquire();
+    a.release();
+    CHECK_FALSE(guard);
+    CHECK_FALSE(guard.lost());
+  }
+  SECTION("lost, then the mutex acquires and loses again: the first guard still says lost") {
+    auto first = a.try_acquire();
+    (void)sim.connection().force_release(LockRef{"mutex_lock", "job"});
+    sim.advance(10s);  // its heartbeat finds the row gone
+    REQUIRE(first.lost());
+    auto second = a.try_acquire();
+    REQUIRE(second);
+    (void)sim.connection().force_release(LockRef{"mutex_lock", "job"});
+    sim.advance(10s);
+    CHECK(second.lost());
+    CHECK(first.lost());
+    CHECK_FALSE(first);
+  }
+}
+
+TEST_CASE("asynchronous heartbeats: the lease counts from a beat the server surely kept", "[guarantee][async]") {
+  Simulation sim;
+  sim.server().set_asynchronous_heartbeats(9s);  // a slow WAL writer: still inside one 10 s interval
+  Instance a = sim.instance(Options{.lock_name = "job", .instance_id = "a"}, RecordingMetrics{});  // lease 540 s
+  a.create_schema();
+  auto guard = a.try_acquire();
+  SECTION("frequent manual heartbeats never starve the lease") {
+    for (int i = 0; i < 700; ++i) {
+      sim.advance(1s);
+      guard.heartbeat();
+    }
+    CHECK_FALSE(guard.lost());
+  }
+  SECTION("a restart that forgets the last beat: the holder gives up before the row can be reclaimed") {
+    sim.advance(25s);  // beats at 10 s and 20 s
+    sim.server().partition("a");
+    sim.advance(510s);  // t = 535 s
+    sim.server().heal("a");
+    sim.advance(7s);  // one beat gets through (its retry comes within 6.4 s)...
+    sim.server().partition("a");
+    sim.server().restart();  // ...and the server crashes before making it durable
+    const auto row = sim.server().peek(LockRef{"mutex_lock", "job"});
+    REQUIRE(row);
+    CHECK(row->seconds_since_heartbeat >= 500.0);  // back to the beat at 20 s: reclaimable at 620 s
+    // The holder never counted from the forgotten beat: lost at 560 s at the latest.
+    sim.advance(24s);
+    CHECK(guard.lost());
+  }
+}

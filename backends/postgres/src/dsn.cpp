@@ -96,6 +96,14 @@ std::vector<SecretSpan> uri_password_spans(std::string_view dsn) {
     if (colon != std::string_view::npos && colon < at)
       spans.push_back({colon + 1, at, percent_decode(dsn.substr(colon + 1, at - colon - 1))});
   }
+  // libpq's own rule: the user info ends at the first '@' met before any '/',
+  // '?' included in it ("postgresql://u:pa?ss@db" has the password "pa?ss").
+  const std::size_t libpq_at = dsn.find_first_of("@/", authority);
+  if (libpq_at != std::string_view::npos && dsn[libpq_at] == '@' && libpq_at != at) {
+    const std::size_t colon = dsn.find(':', authority);
+    if (colon != std::string_view::npos && colon < libpq_at)
+      spans.push_back({colon + 1, libpq_at, percent_decode(dsn.substr(colon + 1, libpq_at - colon - 1))});
+  }
   if (query != std::string_view::npos) {
     std::size_t i = query + 1;
     while (i <= dsn.size()) {
@@ -111,8 +119,20 @@ std::vector<SecretSpan> uri_password_spans(std::string_view dsn) {
   return spans;
 }
 
+// In order, overlapping ones merged (two URI rules may mark one password twice).
 std::vector<SecretSpan> password_spans(std::string_view dsn) {
-  return is_uri(dsn) ? uri_password_spans(dsn) : keyword_password_spans(dsn);
+  auto spans = is_uri(dsn) ? uri_password_spans(dsn) : keyword_password_spans(dsn);
+  std::ranges::sort(spans, {}, &SecretSpan::begin);
+  std::vector<SecretSpan> merged;
+  for (SecretSpan& span : spans) {
+    if (!merged.empty() && span.begin < merged.back().end) {
+      merged.back().end = std::max(merged.back().end, span.end);
+      merged.push_back({span.begin, span.begin, std::move(span.value)});  // keeps its value a secret; masks nothing more
+      continue;
+    }
+    merged.push_back(std::move(span));
+  }
+  return merged;
 }
 
 }  // namespace
@@ -126,6 +146,7 @@ std::string redact_dsn(std::string_view dsn) {
   std::string out;
   std::size_t at = 0;
   for (const SecretSpan& span : spans) {
+    if (span.begin < at) continue;  // inside one already masked
     out.append(dsn.substr(at, span.begin - at));
     out.append(mask);
     at = span.end;

@@ -67,6 +67,7 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
     auto opened = PqConnection::open(conninfo_, connect_by);
     if (opened) {
       connection_.emplace(std::move(*opened));
+      ++connects_;
       return {};
     }
     last = opened.error().message;

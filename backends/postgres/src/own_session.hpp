@@ -23,6 +23,8 @@ class OwnSession final : public Session {
   Result<void> ensure_connected(Deadline deadline);
   // Forgets the connection and all it knew; the next operation opens another.
   void drop() noexcept;
+  // How many connections were opened: a new one may follow a server restart.
+  [[nodiscard]] std::uint64_t connects() const noexcept { return connects_; }
 
   Outcome<Rows> run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
@@ -40,6 +42,7 @@ class OwnSession final : public Session {
   std::vector<std::string> secrets_;
   PostgresOptions options_;
   std::optional<PqConnection> connection_;
+  std::uint64_t connects_ = 0;
   std::unordered_set<std::string> prepared_;
   std::map<std::string, std::string, std::less<>> oids_;
   std::set<std::string, std::less<>> listening_;

@@ -6,6 +6,8 @@
 #include "error_mapping.hpp"
 
 namespace pgmutex::postgres_detail {
+
+std::uint64_t PooledSession::server_pid() const { return static_cast<std::uint64_t>(connection_.backendpid()); }
 namespace {
 
 Rows rows_of(const pqxx::result& result) {

@@ -25,6 +25,8 @@ class PooledSession final : public Session {
   Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<std::string> table_oid(std::string_view table, const Bound& bound) override;
   Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) override;
+  // The server process behind the borrowed connection: another after a restart.
+  [[nodiscard]] std::uint64_t server_pid() const;
 
  private:
   PooledSession(ConnectionSource& source, pqxx::connection& connection) noexcept

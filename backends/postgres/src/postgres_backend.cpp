@@ -103,6 +103,7 @@ struct PostgresBackend::Impl {
   std::optional<OwnSession> own;
 
   std::mutex mutex;  // one operation at a time: a connection never serves two threads at once
+  std::uint64_t last_session = 0;  // the server session the last operation ran on (see session())
   std::map<std::string, TableStatements, std::less<>> tables;
 
   Result<const TableStatements*> statements(std::string_view table) {
@@ -131,10 +132,12 @@ struct PostgresBackend::Impl {
           auto session = PooledSession::borrow(*pool, secrets);
           if (!session) return tl::unexpected(std::move(session.error()));
           outcome = body(**session, bound);
+          last_session = (*session)->server_pid() << 1 | 1;  // odd: a pid, never a count
         } else {
           if (auto connected = own->ensure_connected(bound.deadline); !connected)
             return tl::unexpected(std::move(connected.error()));
           outcome = body(*own, bound);
+          last_session = own->connects() << 1;
           if (!outcome && connection_gone(outcome.error())) own->drop();
         }
         if (outcome) {
@@ -432,7 +435,14 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const Holder
   }
 }
 
+std::uint64_t PostgresBackend::session() const noexcept {
+  if (!impl_) return 0;
+  std::lock_guard lock(impl_->mutex);
+  return impl_->last_session;
+}
+
 static_assert(Backend<PostgresBackend>);
+static_assert(BackendReportsSession<PostgresBackend>);
 static_assert(BackendWaitsForRelease<PostgresBackend>);
 static_assert(BackendBatchesHeartbeats<PostgresBackend>);
 static_assert(BackendReportsCommitMode<PostgresBackend>);

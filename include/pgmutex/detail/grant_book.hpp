@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
+#include <vector>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -40,7 +42,16 @@ class GrantBook {
     std::uint64_t generation = 0;
   };
 
-  explicit GrantBook(duration lease) noexcept : lease_(lease) {}
+  // `asynchronous`: an acknowledged heartbeat may still be lost (the
+  // backend commits heartbeats asynchronously). The lease then counts from the
+  // last good send that a later one, at least `interval` after it and in the
+  // same server session, confirmed to be durable: a server that crashes right
+  // after acknowledging a beat keeps the one before (Postgres makes an
+  // asynchronous commit durable within 3 x wal_writer_delay, 600 ms by
+  // default, well inside an interval), and a restart in between shows as a
+  // new session.
+  GrantBook(duration lease, bool asynchronous, duration interval) noexcept
+      : lease_(lease), asynchronous_(asynchronous), interval_(interval) {}
 
   [[nodiscard]] duration lease() const noexcept { return lease_; }
 
@@ -51,11 +62,24 @@ class GrantBook {
     return held_ && !lost_;
   }
 
-  // An older grant whose guard is still alive ended by loss, or it would have
-  // been released before this object could acquire again.
+  // Grant `generation` is the current one, held, and not lost.
+  [[nodiscard]] bool holds(std::uint64_t generation) const noexcept {
+    LightLock lock(mutex_);
+    return generation == generation_ && held_ && !lost_;
+  }
+
+  // An older grant whose guard is still alive was lost if it is among those
+  // that ended lost (released through the mutex, or superseded by a new grant).
   [[nodiscard]] bool lost(std::uint64_t generation) const noexcept {
     LightLock lock(mutex_);
-    return generation == generation_ ? held_ && lost_ : generation == lost_generation_;
+    if (generation == generation_) return held_ && lost_;
+    return std::find(ended_lost_.begin(), ended_lost_.end(), generation) != ended_lost_.end();
+  }
+
+  // The guard of grant `generation` is gone: no need to remember how it ended.
+  void forget(std::uint64_t generation) {
+    LightLock lock(mutex_);
+    std::erase(ended_lost_, generation);
   }
 
   [[nodiscard]] std::stop_token stop_token(std::uint64_t generation) {
@@ -96,8 +120,11 @@ class GrantBook {
 
   // A new grant whose lease counts from `sent` (when the server stamped the
   // row, on our clock, never later). Returns its generation.
-  std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat) {
+  std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat, std::uint64_t session) {
     LightLock lock(mutex_);
+    if (held_ && lost_) ended_lost_.push_back(generation_);  // its guard still answers lost()
+    last_good_session_ = session;
+    recent_.clear();
     held_ = true;
     lost_ = false;
     fence_ = fence;
@@ -106,7 +133,8 @@ class GrantBook {
     failures_ = 0;
     beat_in_flight_ = false;
     stop_source_.reset();
-    last_good_send_ = sent;
+    last_good_send_ = trusted_send_ = sent;  // an acquire commits synchronously
+    if (asynchronous_) recent_.push_back(sent);
     next_beat_at_ = std::min(next_beat, sent + lease_);
     return generation_;
   }
@@ -122,6 +150,7 @@ class GrantBook {
     LightLock lock(mutex_);
     if (!held_ || generation != generation_) return std::nullopt;
     Ended ended{Grant{fence_, token_, generation_}, lost_};
+    if (lost_) ended_lost_.push_back(generation_);  // a guard may still ask (a release through the mutex)
     held_ = false;
     lost_ = false;
     ++generation_;  // the guard's grant is over: its lost()/stop_token() no longer apply
@@ -142,9 +171,12 @@ class GrantBook {
     LightLock lock(mutex_);
     Due due;
     if (!held_ || lost_) return due;
-    if (now - last_good_send_ >= lease_) {
-      due.lost = lose(Error(Errc::lease_lost, "no successful heartbeat for " + seconds(now - last_good_send_) +
-                                                  " (lease " + seconds(lease_) + ")"));
+    if (now - trusted_send_ >= lease_) {
+      std::string why = "no successful heartbeat for " + seconds(now - trusted_send_) + " (lease " + seconds(lease_) + ")";
+      if (trusted_send_ != last_good_send_)
+        why += "; the last, " + seconds(now - last_good_send_) +
+               " ago, is not yet known to be durable (heartbeats commit asynchronously)";
+      due.lost = lose(Error(Errc::lease_lost, std::move(why)));
       return due;
     }
     if (!beat_in_flight_ && now >= next_beat_at_) {
@@ -164,6 +196,12 @@ class GrantBook {
     return Grant{fence_, token_, generation_};
   }
 
+  // A beat that on_timer started could not be posted: the next wake-up tries again.
+  void beat_not_started() noexcept {
+    LightLock lock(mutex_);
+    beat_in_flight_ = false;
+  }
+
   // The answer to a heartbeat of grant `g` sent at `sent`, read at `now`.
   // `next_after_success`: when the next one is due after a good answer.
   struct Applied {
@@ -172,30 +210,35 @@ class GrantBook {
     int failures = 0;
   };
   Applied apply_beat(const Grant& g, time_point sent, time_point now, const Result<void>& answer, bool automatic,
-                     duration interval, duration retry_base) {
+                     duration interval, duration retry_base, std::uint64_t session) {
     LightLock lock(mutex_);
     Applied out;
     if (automatic && g.generation == generation_) beat_in_flight_ = false;
     if (!held_ || lost_ || g.generation != generation_) return out;
     if (answer) {
       // Never un-lose: a late success after the deadline changes nothing (checked above).
-      last_good_send_ = std::max(last_good_send_, sent);
+      if (sent > last_good_send_) {
+        if (!asynchronous_) trusted_send_ = sent;
+        else confirm(sent, session);
+        last_good_send_ = sent;
+        last_good_session_ = session;
+      }
       failures_ = 0;
-      if (automatic) next_beat_at_ = std::min(now + interval, last_good_send_ + lease_);
+      if (automatic) next_beat_at_ = std::min(now + interval, trusted_send_ + lease_);
     } else if (answer.error() == Errc::lock_not_held) {
       out.lost = lose(Error(Errc::lease_lost, "row gone or granted to another holder: " + answer.error().detail));
       return out;
     } else {
       // Transient: retried soon, never taken as loss by itself; the deadline decides.
       out.failures = ++failures_;
-      if (now - last_good_send_ >= lease_) {
+      if (now - trusted_send_ >= lease_) {
         out.lost = lose(Error(Errc::lease_lost, "no successful heartbeat within the lease of " + seconds(lease_) +
                                                     "; last error: " + answer.error().message()));
         return out;
       }
       if (automatic) {
         const duration backoff = retry_base * (1 << std::min(failures_ - 1, 6));
-        next_beat_at_ = std::min(now + std::min(interval, backoff), last_good_send_ + lease_);
+        next_beat_at_ = std::min(now + std::min(interval, backoff), trusted_send_ + lease_);
       }
     }
     out.next_wakeup = next_wakeup();
@@ -203,10 +246,23 @@ class GrantBook {
   }
 
  private:
+  // Called with mutex_ held, for asynchronous commits: a good send at `sent`
+  // in `session` confirms every earlier good send of the same session at
+  // least an interval older (the server had time to make it durable, and did
+  // not restart in between); the lease counts from the newest confirmed one.
+  void confirm(time_point sent, std::uint64_t session) {
+    if (session != last_good_session_) recent_.clear();  // a restart may have lost them: never confirmed
+    while (!recent_.empty() && sent - recent_.front() >= interval_) {
+      trusted_send_ = std::max(trusted_send_, recent_.front());
+      recent_.pop_front();
+    }
+    if (recent_.size() == max_recent) recent_.pop_front();  // spammed manual beats: keep the newest, stay conservative
+    recent_.push_back(sent);
+  }
+
   // Called with mutex_ held.
   LostNotice lose(Error reason) {
     lost_ = true;
-    lost_generation_ = generation_;
     lost_reason_ = reason;
     return LostNotice{stop_source_, std::move(reason)};
   }
@@ -214,7 +270,7 @@ class GrantBook {
   // Called with mutex_ held: the lease deadline always; the next beat too
   // unless one is on its way (its answer schedules the next).
   time_point next_wakeup() const noexcept {
-    const time_point deadline = last_good_send_ + lease_;
+    const time_point deadline = trusted_send_ + lease_;
     return beat_in_flight_ ? deadline : std::min(next_beat_at_, deadline);
   }
 
@@ -229,6 +285,8 @@ class GrantBook {
   }
 
   const duration lease_;
+  const bool asynchronous_;
+  const duration interval_;
   mutable LightMutex mutex_;
   bool held_ = false;
   bool lost_ = false;
@@ -237,8 +295,12 @@ class GrantBook {
   Fence fence_ = 0;
   GrantToken token_ = 0;
   std::uint64_t generation_ = 0;       // bumped per grant and per release: stale guards and tasks see a mismatch
-  std::uint64_t lost_generation_ = 0;  // the last grant that was lost
   time_point last_good_send_{};        // send time of the last heartbeat (or acquire) the server accepted
+  std::uint64_t last_good_session_ = 0;  // the server session that acknowledged last_good_send_
+  static constexpr std::size_t max_recent = 64;
+  std::deque<time_point> recent_;        // asynchronous: good sends of this session not yet confirmed durable
+  std::vector<std::uint64_t> ended_lost_;  // grants that ended lost while their guards live
+  time_point trusted_send_{};          // the one the lease counts from: the last, or with asynchronous commits the last confirmed durable
   time_point next_beat_at_{};
   std::optional<std::stop_source> stop_source_;
   Error lost_reason_;

@@ -8,7 +8,8 @@
 namespace pgmutex::testing {
 
 // A handle: copies share one time line, so a mutex, its executor and the test
-// all read the same now().
+// all read the same now(). drifting(rate) gives a handle on the same time line
+// that runs `rate` times as fast from now on: a client whose clock drifts.
 class ManualClock {
  public:
   using rep = std::int64_t;
@@ -19,10 +20,25 @@ class ManualClock {
 
   ManualClock() : now_(std::make_shared<std::atomic<rep>>(0)) {}
 
-  [[nodiscard]] time_point now() const noexcept { return time_point(duration(now_->load(std::memory_order_acquire))); }
+  [[nodiscard]] time_point now() const noexcept {
+    const rep shared = now_->load(std::memory_order_acquire);
+    if (rate_ == 1.0) [[likely]]
+      return time_point(duration(shared));
+    return time_point(duration(origin_ + static_cast<rep>(static_cast<double>(shared - origin_) * rate_)));
+  }
+
+  // The same time line, read `rate` times as fast from now on (1.05: 5% fast).
+  // Advancing either handle moves the shared time line, in true time.
+  [[nodiscard]] ManualClock drifting(double rate) const {
+    ManualClock c = *this;
+    c.origin_ = now_->load(std::memory_order_acquire);
+    c.rate_ = rate;
+    return c;
+  }
 
   // Moves time forward only; a ManualExecutor runs the tasks that fall due.
   void advance(duration d) noexcept { now_->fetch_add(d.count(), std::memory_order_acq_rel); }
+  // Sets the shared time line (in true time), forward only.
   void set(time_point t) noexcept {
     rep expected = now_->load(std::memory_order_acquire);
     while (t.time_since_epoch().count() > expected &&
@@ -34,6 +50,8 @@ class ManualClock {
 
  private:
   std::shared_ptr<std::atomic<rep>> now_;
+  rep origin_ = 0;     // where a drifting handle starts to drift
+  double rate_ = 1.0;  // how fast this handle reads the time line
 };
 
 }  // namespace pgmutex::testing

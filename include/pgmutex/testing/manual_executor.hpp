@@ -2,6 +2,8 @@
 // advanced, in due order (ties in scheduling order), on the advancing thread.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,10 +23,20 @@ class ManualExecutor {
 
   [[nodiscard]] const ManualClock& clock() const noexcept { return state_->clock; }
 
+  // A handle on the same queue and time line whose delays are read on a
+  // clock running `rate` times as fast (ManualClock::drifting): the timers of
+  // a client whose clock drifts fire when its own clock says, as a real
+  // client's timers follow its own clock.
+  [[nodiscard]] ManualExecutor drifting(double rate) const {
+    ManualExecutor e = *this;
+    e.rate_ = rate;
+    return e;
+  }
+
   TaskId schedule_after(std::chrono::nanoseconds delay, Task task) {
     std::lock_guard lock(state_->mutex);
     const TaskId id = ++state_->last_id;
-    state_->queue.emplace(Key{state_->clock.now() + delay, id}, std::move(task));
+    state_->queue.emplace(Key{state_->clock.now() + true_delay(delay), id}, std::move(task));
     return id;
   }
 
@@ -63,7 +75,7 @@ class ManualExecutor {
   // A timed wait is virtual: it advances time, running whatever falls due.
   bool wait_for(std::chrono::nanoseconds delay, std::stop_token stop) {
     if (stop.stop_requested()) return true;
-    advance(delay);
+    advance(true_delay(delay));
     return stop.stop_requested();
   }
 
@@ -95,6 +107,14 @@ class ManualExecutor {
   }
 
  private:
+  // A delay on this handle's clock, in true time, rounded up: a timer never
+  // fires before its own clock reaches the due time.
+  [[nodiscard]] std::chrono::nanoseconds true_delay(std::chrono::nanoseconds d) const noexcept {
+    if (rate_ == 1.0 || d <= std::chrono::nanoseconds::zero()) [[likely]]
+      return d;
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(std::ceil(static_cast<double>(d.count()) / rate_)) + 1);
+  }
+
   struct Key {
     ManualClock::time_point due;
     TaskId id;
@@ -108,6 +128,7 @@ class ManualExecutor {
     TaskId last_id = 0;
   };
   std::shared_ptr<State> state_;
+  double rate_ = 1.0;
 };
 
 }  // namespace pgmutex::testing

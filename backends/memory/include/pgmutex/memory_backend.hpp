@@ -187,6 +187,35 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return hanging_;
   }
 
+  // Heartbeats commit asynchronously, as PostgresBackend's do by default: one
+  // becomes durable `flush_delay` after it (the WAL writer's round), or at the
+  // next synchronous commit (an acquire or a release, of any row). restart()
+  // forgets the ones that are not durable yet. Set before making mutexes:
+  // they read it (heartbeat_commits_asynchronously) to size their margin.
+  void set_asynchronous_heartbeats(std::chrono::nanoseconds flush_delay) {
+    detail::LightLock lock(mutex_);
+    flush_delay_ = flush_delay;
+  }
+  [[nodiscard]] bool asynchronous_heartbeats() const noexcept {
+    detail::LightLock lock(mutex_);
+    return flush_delay_ > std::chrono::nanoseconds::zero();
+  }
+
+  // A crash and restart: heartbeats that were not durable yet are forgotten
+  // (each such row goes back to its last durable heartbeat), and the next
+  // operation fails as its connection did.
+  void restart() {
+    detail::LightLock lock(mutex_);
+    for (auto& [name, table] : tables_)
+      for (auto& [lock_name, row] : table.rows)
+        if (row.present && !durable(row.last_heartbeat)) row.last_heartbeat = row.durable_heartbeat;
+    last_flush_ = now();  // what survived is on disk
+    ++restarts_;
+    fail_next_ = std::max(fail_next_, 1);
+    fail_with_ = Errc::backend_unavailable;
+    rearm();
+  }
+
   // Moves the server clock relative to the clients' clocks (clock skew).
   void set_server_offset(std::chrono::nanoseconds offset) {
     detail::LightLock lock(mutex_);
@@ -221,6 +250,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     Fence fence = 0;
     GrantToken token = 0;
     std::chrono::nanoseconds stale_threshold{};  // the holder's
+    std::chrono::nanoseconds durable_heartbeat{};  // what a restart keeps of last_heartbeat
     std::chrono::nanoseconds last_heartbeat{};
     std::chrono::nanoseconds acquired_at{};
   };
@@ -332,6 +362,18 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
 
   std::chrono::nanoseconds now() const { return time_() + offset_; }
 
+  // Called with mutex_ held. Whether a heartbeat stamped at `t` would survive a crash now.
+  bool durable(std::chrono::nanoseconds t) const {
+    return flush_delay_ <= std::chrono::nanoseconds::zero() || t <= last_flush_ || t <= now() - flush_delay_;
+  }
+  // Called with mutex_ held: a heartbeat of `row`, committed asynchronously if so set.
+  void beat(Row& row) {
+    if (durable(row.last_heartbeat)) row.durable_heartbeat = row.last_heartbeat;
+    row.last_heartbeat = now();
+  }
+  // Called with mutex_ held: a synchronous commit flushes every earlier one.
+  void flush() { last_flush_ = now(); }
+
   std::chrono::system_clock::time_point wall(std::chrono::nanoseconds server_time) const {
     return epoch_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(server_time);
   }
@@ -360,6 +402,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::atomic<std::chrono::nanoseconds::rep> latency_{0};  // read without mutex_, by delay()
   bool armed_ = false;  // any fault above (not latency) is armed: see rearm()
   std::chrono::nanoseconds offset_{};
+  std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
+  std::chrono::nanoseconds last_flush_{};
+  std::uint64_t restarts_ = 0;
   std::set<std::string, std::less<>> dropped_;
   std::set<std::string, std::less<>> partitioned_;
   // Hung connections: their own std::mutex, since a real-time hang waits on a condition variable.
@@ -378,6 +423,17 @@ class MemoryBackend {
       : server_(std::move(server)), connection_(std::move(connection)) {}
 
   [[nodiscard]] const std::shared_ptr<MemoryServer>& server() const noexcept { return server_; }
+
+  // Whether an acknowledged heartbeat may still be lost (see
+  // MemoryServer::set_asynchronous_heartbeats): the mutex keeps a heartbeat
+  // interval more of margin then.
+  [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept { return server_->asynchronous_heartbeats(); }
+
+  // The server session: every connection gets a new one when the server restarts.
+  [[nodiscard]] std::uint64_t session() const noexcept {
+    detail::LightLock lock(server_->mutex_);
+    return server_->restarts_;
+  }
 
   // The timeout of statements that carry none (inspect, list, force_release)
   // while their connection hangs (default 30 s). Zero: none.
@@ -431,7 +487,8 @@ class MemoryBackend {
       row.fence = ++found->table->sequence;
       row.token = request.token;
       row.stale_threshold = request.stale_threshold;
-      row.last_heartbeat = row.acquired_at = now;
+      row.last_heartbeat = row.acquired_at = row.durable_heartbeat = now;
+      server_->flush();
       result.acquired = true;
       result.fence = row.fence;
     }
@@ -440,11 +497,14 @@ class MemoryBackend {
   }
 
   Result<void> heartbeat(const HolderKey& key) noexcept {
-    return on_holder_row(key, [&](MemoryServer::Row& row) { row.last_heartbeat = server_->now(); });
+    return on_holder_row(key, [&](MemoryServer::Row& row) { server_->beat(row); });
   }
 
   Result<void> release(const HolderKey& key) noexcept {
-    return on_holder_row(key, [](MemoryServer::Row& row) { row.present = false; });
+    return on_holder_row(key, [&](MemoryServer::Row& row) {
+      row.present = false;
+      server_->flush();
+    });
   }
 
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept {
@@ -459,7 +519,7 @@ class MemoryBackend {
       auto found = row_for(key.lock);
       if (!found) return tl::unexpected(std::move(found.error()));
       MemoryServer::Row* row = holder_row(*found->row, key);
-      if (row != nullptr) row->last_heartbeat = server_->now();
+      if (row != nullptr) server_->beat(*row);
       held.push_back(row != nullptr);
     }
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
@@ -570,5 +630,7 @@ class MemoryBackend {
 
 static_assert(Backend<MemoryBackend>);
 static_assert(BackendBatchesHeartbeats<MemoryBackend>);
+static_assert(BackendReportsCommitMode<MemoryBackend>);
+static_assert(BackendReportsSession<MemoryBackend>);
 
 }  // namespace pgmutex

@@ -78,6 +78,10 @@ class PostgresBackend {
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
+  // The server session the last operation ran on: another after a reconnect
+  // (our connection) or on another server process (a pool's), so a restart
+  // between two heartbeats shows (see BackendReportsSession).
+  [[nodiscard]] std::uint64_t session() const noexcept;
 
   // Whether heartbeats commit without waiting for the WAL flush
   // (PostgresOptions::heartbeat_synchronous_commit_off): a server crash may
