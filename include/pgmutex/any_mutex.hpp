@@ -85,6 +85,8 @@ class AnyMutex {
   template <class B, class C, class M, class E>
   AnyMutex(BasicMutex<B, C, M, E>&& mutex)  // NOLINT(google-explicit-constructor)
       : impl_(std::make_unique<detail::AnyMutexModel<BasicMutex<B, C, M, E>>>(std::move(mutex))) {}
+  template <class B, class C, class M, class E>
+  AnyMutex(BasicMutex<B, C, M, E>& mutex) = delete;  // AnyMutex takes its mutex over: pass std::move(mutex)
 
   // A moved-from AnyMutex may only be destroyed or assigned to.
   AnyMutex(AnyMutex&&) noexcept = default;
@@ -121,7 +123,8 @@ class AnyMutex {
   std::optional<LockRow> inspect() { return value_or_throw(inspect(nothrow)); }
 
   // Lockable, as on BasicMutex: the grant lock()/try_lock() take is kept
-  // here and shown by lock_guard(); unlock() throws only when nothing is locked.
+  // here and shown by lock_guard() (valid until unlock() or a move of this
+  // AnyMutex); unlock() throws only when nothing is locked.
   Result<void> lock(nothrow_t) { return detail::lock_into(*this, locked_); }
   void lock() { value_or_throw(lock(nothrow)); }
   Result<bool> try_lock(nothrow_t) { return detail::try_lock_into(*this, locked_); }

@@ -133,8 +133,8 @@ class BasicMutex {
   // Errc::already_acquired (LockHeldError). unlock() throws LockNotHeldError
   // only when nothing is locked: it runs in std::unique_lock's destructor,
   // so a failed release (a lost lease) is dropped as the guard's destructor
-  // drops it; unlock(nothrow) returns it. These four are not for two threads
-  // at once on one object: each thread that competes needs its own mutex.
+  // drops it; unlock(nothrow) returns it. Not for two threads at once on one
+  // object: each thread that competes for the lock needs its own mutex.
   Result<void> lock(nothrow_t) { return detail::lock_into(*this, locked_); }
   void lock() { value_or_throw(lock(nothrow)); }
   Result<bool> try_lock(nothrow_t) { return detail::try_lock_into(*this, locked_); }
@@ -143,7 +143,8 @@ class BasicMutex {
   void unlock() { detail::unlock_or_throw_if_not_locked(*this, locked_); }
 
   // The guard of the grant lock()/try_lock() took, for its fence(), lost()
-  // and stop_token(); nullptr when nothing is locked. Valid until unlock().
+  // and stop_token(); nullptr when nothing is locked. Valid until unlock()
+  // or a move of this mutex.
   [[nodiscard]] const guard_type* lock_guard() const noexcept { return locked_.owns_lock() ? &locked_ : nullptr; }
 
   // Wraps `fn` so that each call runs it only if the lock is acquired (one try,

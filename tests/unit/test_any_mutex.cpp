@@ -248,21 +248,26 @@ TEMPLATE_TEST_CASE("Lockable through AnyMutex, in each form", "[any][forms][lock
   REQUIRE(Form::unlock(w.b));
 }
 
-TEST_CASE("std::unique_lock and std::scoped_lock take AnyMutex, next to a SimMutex", "[any][lockable]") {
+TEST_CASE("std::unique_lock and std::scoped_lock take AnyMutex, next to a SimMutex and a std::mutex",
+          "[any][lockable]") {
   Simulation sim;
   AnyMutex report = sim.instance(opts("a", "report"));
   SimMutex cleanup = sim.instance(opts("a", "cleanup"));
   AnyMutex rival = sim.instance(opts("b", "report"));
   report.create_schema();
+  std::mutex in_process;
   {
-    std::scoped_lock both(report, cleanup);
+    std::scoped_lock all(report, cleanup, in_process);
     CHECK(report.held());
     CHECK(cleanup.held());
+    CHECK_FALSE(in_process.try_lock());
     std::unique_lock other(rival, std::try_to_lock);
     CHECK_FALSE(other.owns_lock());
   }
   CHECK_FALSE(report.held());
   CHECK_FALSE(cleanup.held());
+  CHECK(in_process.try_lock());
+  in_process.unlock();
   std::unique_lock now_free(rival, std::try_to_lock);
   CHECK(now_free.owns_lock());
 }
