@@ -1,12 +1,14 @@
 // The cost of the lock machinery itself: a try-acquire plus release cycle
-// through BasicMutex on MemoryBackend (no network), next to std::mutex, and
-// with a metrics sink whose hooks do nothing next to NoMetrics.
+// through BasicMutex on MemoryBackend (no network), next to std::mutex; with
+// a metrics sink whose hooks do nothing next to NoMetrics; and through
+// AnyMutex next to the direct one (the cost of the type erasure).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 
+#include "pgmutex/any_mutex.hpp"
 #include "pgmutex/testing/simulation.hpp"
 
 using namespace pgmutex;
@@ -50,6 +52,21 @@ void try_acquire_release(benchmark::State& state) {
 }
 BENCHMARK(try_acquire_release<NoMetrics>)->Name("memory_try_acquire_release/NoMetrics");
 BENCHMARK(try_acquire_release<NoopMetrics>)->Name("memory_try_acquire_release/NoopMetrics");
+
+// The same cycle through AnyMutex: a virtual call per operation, the guard
+// moved into an AnyGuard and released through its table of functions.
+void any_mutex_try_acquire_release(benchmark::State& state) {
+  Simulation sim;
+  AnyMutex mutex = sim.instance(Options{.lock_name = "bench", .instance_id = "a"});
+  mutex.create_schema();
+  for (auto _ : state) {
+    auto guard = mutex.try_acquire(nothrow);
+    if (!guard || !*guard) state.SkipWithError("not acquired");
+    benchmark::DoNotOptimize(guard->fence());
+    if (!guard->release(nothrow)) state.SkipWithError("not released");
+  }
+}
+BENCHMARK(any_mutex_try_acquire_release)->Name("memory_try_acquire_release/AnyMutex");
 
 // A losing try: the path every waiting instance takes once per poll.
 void losing_try(benchmark::State& state) {

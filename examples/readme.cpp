@@ -2,14 +2,14 @@
 // the few names it assumes defined here: the README never shows code that does
 // not build. tests/readme_snippets.py checks that each README snippet is here.
 // This program is only compiled: its snippets talk to made-up hosts.
-#include <cassert>
 #include <cstdio>
+#include <mutex>
 #include <optional>
 #include <string>
 
+#include <pgmutex/any_mutex.hpp>
 #include <pgmutex/mutex.hpp>
 #include <pgmutex/postgres_pool.hpp>
-#include <pgmutex/testing/simulation.hpp>
 
 using namespace std::chrono_literals;
 
@@ -70,17 +70,22 @@ void with_metrics(pgmutex::PostgresBackend backend, pgmutex::Options options) {
   pgmutex::BasicMutex<pgmutex::PostgresBackend, pgmutex::SteadyClock, MyMetrics> mutex(std::move(backend), options, {}, MyMetrics{});
 }
 
-void testing_your_own_code() {
-  pgmutex::testing::Simulation sim;                // clock, executor, in-memory server
-  auto a = sim.instance({.lock_name = "report", .instance_id = "a"});
-  auto b = sim.instance({.lock_name = "report", .instance_id = "b"});
-  a.create_schema();
-
-  auto held = a.try_acquire();
-  sim.server().partition("a");                     // a crashes: its requests no longer arrive
-  sim.advance(11min);                              // virtual time: heartbeats, watchdog, all in order
-  assert(held.lost() && b.try_acquire());          // a's watchdog fired; b reclaimed the stale row
+void standard_locking(pgmutex::Mutex& reports, pgmutex::Mutex& invoices) {
+  std::scoped_lock both(reports, invoices);        // std::lock's order: no deadlock between instances
+  run_the_job(reports.lock_guard()->fence(), reports.lock_guard()->stop_token());
 }
+
+// Compiled once: production passes a pgmutex::Mutex, tests a SimMutex.
+void publish_nightly_report(pgmutex::AnyMutex& mutex) {
+  if (auto guard = mutex.try_acquire()) run_the_job(guard.fence(), guard.stop_token());
+}
+
+void production() {
+  pgmutex::AnyMutex mutex = pgmutex::Mutex(pgmutex::PostgresBackend(""), {.lock_name = "nightly-report-job"});
+  publish_nightly_report(mutex);
+}
+
+// The snippets of "Testing your own code" are in testing_your_code.cpp, which runs.
 
 // Any type with these two members is a pgmutex::ConnectionPool.
 struct MyPool {
@@ -110,7 +115,9 @@ int main(int argc, char**) {
     two_forms(mutex);
     singleton_with_arguments(mutex);
     with_metrics(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "job"});
-    testing_your_own_code();
+    pgmutex::Mutex invoices(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "invoices"});
+    standard_locking(mutex, invoices);
+    production();
     MyPool pool;
     with_a_pool(pool);
   }

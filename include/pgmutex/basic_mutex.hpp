@@ -38,6 +38,7 @@
 #include "pgmutex/detail/grant_book.hpp"
 #include "pgmutex/detail/io_gate.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
+#include "pgmutex/detail/lockable.hpp"
 #include "pgmutex/guard.hpp"
 #include "pgmutex/metrics.hpp"
 #include "pgmutex/options.hpp"
@@ -69,9 +70,11 @@ class BasicMutex {
     return BasicMutex(*state);
   }
 
-  BasicMutex(BasicMutex&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  BasicMutex(BasicMutex&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)), locked_(std::move(other.locked_)) {}
   BasicMutex& operator=(BasicMutex&& other) noexcept {
     if (this != &other) {
+      locked_ = std::move(other.locked_);  // releases a grant this one kept for lock()
       if (state_ != nullptr) State::drop_owner(state_);
       state_ = std::exchange(other.state_, nullptr);
     }
@@ -122,6 +125,28 @@ class BasicMutex {
 
   // Held through this object, and the lease not lost. Never waits for I/O.
   [[nodiscard]] bool held() const noexcept { return state_->book.holds(); }
+
+  // ---- Lockable: for std::unique_lock, std::scoped_lock and std::lock ----
+  // lock() is acquire() with no timeout; try_lock() is one try, false when
+  // another instance holds the lock; unlock() releases the grant they took.
+  // The standard interface has no guard to hand back, so this object keeps
+  // it: lock_guard() shows it. Locking again before unlock() is
+  // Errc::already_acquired (LockHeldError). unlock() throws LockNotHeldError
+  // only when nothing is locked: it runs in std::unique_lock's destructor,
+  // so a failed release (a lost lease) is dropped as the guard's destructor
+  // drops it; unlock(nothrow) returns it. Not for two threads at once on one
+  // object: each thread that competes for the lock needs its own mutex.
+  Result<void> lock(nothrow_t) { return detail::lock_into(*this, locked_); }
+  void lock() { value_or_throw(lock(nothrow)); }
+  Result<bool> try_lock(nothrow_t) { return detail::try_lock_into(*this, locked_); }
+  bool try_lock() { return value_or_throw(try_lock(nothrow)); }
+  Result<void> unlock(nothrow_t) { return detail::unlock_from(*this, locked_); }
+  void unlock() { detail::unlock_or_throw_if_not_locked(*this, locked_); }
+
+  // The guard of the grant lock()/try_lock() took, for its fence(), lost()
+  // and stop_token(); nullptr when nothing is locked. Valid until unlock()
+  // or a move of this mutex.
+  [[nodiscard]] const guard_type* lock_guard() const noexcept { return locked_.owns_lock() ? &locked_ : nullptr; }
 
   // Wraps `fn` so that each call runs it only if the lock is acquired (one try,
   // or waiting per `wait`), passing it the guard or its stop_token if it takes
@@ -641,6 +666,7 @@ class BasicMutex {
   };
 
   State* state_;
+  guard_type locked_;  // the grant lock()/try_lock() took (public section: Lockable)
 };
 
 }  // namespace pgmutex

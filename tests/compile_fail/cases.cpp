@@ -54,6 +54,9 @@ BasicMutex<SomeBackend<true>, ClockWithoutNow>* m = nullptr;
 BasicMutex<SomeBackend<true>, SteadyClock, NoMetrics, ExecutorWithoutScheduling>* m = nullptr;
 #elif defined(CASE_metrics_with_wrong_signature)
 BasicMutex<SomeBackend<true>, SteadyClock, MetricsWithWrongSignature>* m = nullptr;
+#elif defined(CASE_any_mutex_from_lvalue)
+#include "pgmutex/any_mutex.hpp"
+[[maybe_unused]] void wrap(BasicMutex<SomeBackend<true>>& m) { AnyMutex any = m; }
 #else
 #error "define one CASE_<name>"
 #endif
