@@ -229,7 +229,7 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   SECTION("a missing table is named, with the fix") {
     auto tried = b.try_acquire(request(fresh_table("missing"), "job", "me"));
     REQUIRE_FALSE(tried);
-    CHECK(tried.error() == Errc::backend_error);
+    CHECK(tried.error() == Errc::schema_missing);
     CHECK(tried.error().detail.find("create_schema") != std::string::npos);
   }
 }
@@ -252,7 +252,7 @@ TEST_CASE("create_schema upgrades a table made with the seed's exact DDL", "[bac
   PostgresBackend b("");
   auto before = b.try_acquire(request(table, "job", "me"));
   REQUIRE_FALSE(before);
-  CHECK(before.error() == Errc::backend_error);
+  CHECK(before.error() == Errc::schema_missing);
 
   REQUIRE(b.create_schema(table));
   REQUIRE(b.create_schema(table));

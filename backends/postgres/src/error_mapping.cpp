@@ -57,11 +57,22 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
   const std::string cause = "SQLSTATE " + state + ": " + failure.message;
   // The server said why the statement failed, so it was not applied.
   if (is_connection_state(state)) return Error(Errc::backend_unavailable, describe(cause));
+  // Not transient: retrying cannot help, so each gets its own code and the fix.
   if (state == "42P01")
-    return Error(Errc::backend_error, describe(cause + " (the lock table does not exist: call create_schema() first)"));
+    return Error(Errc::schema_missing, describe(cause + " (the lock table does not exist: call create_schema() first)"));
   if (state == "42703")
-    return Error(Errc::backend_error, describe(cause + " (the lock table lacks a column, e.g. one made by an older "
-                                                       "version: call create_schema() to upgrade it)"));
+    return Error(Errc::schema_missing, describe(cause + " (the lock table lacks a column, e.g. one made by the seed's "
+                                                        "package or an older version: call create_schema() to upgrade it)"));
+  if (state == "3D000") return Error(Errc::schema_missing, describe(cause));
+  if (state == "42501")
+    return Error(Errc::permission_denied,
+                 describe(cause + " (the role needs SELECT, INSERT, UPDATE, DELETE on the lock table and USAGE on its "
+                                  "fence sequence; create_schema() needs CREATE on the schema)"));
+  if (state.starts_with("28"))
+    return Error(Errc::permission_denied, describe(cause + " (authentication failed: check the user and password)"));
+  if (state == "25006")
+    return Error(Errc::backend_error, describe(cause + " (the server is a read-only standby: connect to the primary, "
+                                                       "e.g. add target_session_attrs=read-write to the DSN)"));
   // Serialization, deadlock, lock_timeout (55P03), statement_timeout or cancel (57014): try again later.
   if (state == "40001" || state == "40P01" || state == "55P03" || state == "57014")
     return Error(Errc::backend_unavailable, describe(cause));

@@ -325,7 +325,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     if (last_table_ != nullptr && last_table_name_ == name) return last_table_;
     const auto it = tables_.find(name);
     if (it == tables_.end())
-      return fail(Errc::backend_error, "table '" + std::string(name) + "' does not exist (call create_schema)");
+      return fail(Errc::schema_missing, "table '" + std::string(name) + "' does not exist (call create_schema)");
     last_table_name_ = it->first;
     last_table_ = &it->second;
     return &it->second;
