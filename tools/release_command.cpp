@@ -21,7 +21,7 @@ struct ReleaseArgs {
 int execute(const ReleaseArgs& args) {
   PostgresBackend backend = connect_backend(args.connection);
   auto removed = backend.force_release(LockRef{args.connection.table, args.lock});
-  if (!removed) exit_with(removed.error(), "release", args.connection.table);
+  if (!removed) exit_with(removed.error(), "release", args.connection);
   if (!*removed) {
     std::cout << "lock '" << args.lock << "' was not held: nothing to release\n";
     return exit_code::ok;

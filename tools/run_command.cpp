@@ -111,7 +111,7 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
                                          interrupts.stop_token())
                          : mutex.try_acquire(nothrow);
   interrupts.finish();
-  if (!guard) exit_with(guard.error(), "run", args.connection.table);
+  if (!guard) exit_with(guard.error(), "run", args.connection);
   if (const int signo = interrupts.interrupted_by(); signo != 0)
     exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + args.lock + "'");
   if (!*guard) exit_taken(args, holder_of(mutex, *guard), guard->why() == Errc::timeout);
@@ -137,7 +137,7 @@ int execute(RunArgs& args) {
   network.reconnect_attempts = 1;
   auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
-  if (!created) exit_with(created.error(), "run", args.connection.table);
+  if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
   Guard guard = take_lock(mutex, args, interrupts);
 
@@ -196,7 +196,7 @@ int execute(RunArgs& args) {
   // it may have run beside another holder, and the exit code says so.
   if (outcome.lease_lost || guard.lost()) {
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
-    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; " +
+    throw Exit(exit_code::lost, "lock '" + args.lock + "' was lost while the command ran; " +
                                         (outcome.killed_after_grace
                                              ? "what still ran of the command was killed with SIGKILL after the "
                                                "grace period"

@@ -27,11 +27,11 @@ int execute(const StatusArgs& args) {
   if (!args.lock.empty()) {
     report.lock = args.lock;
     auto row = backend.inspect(LockRef{args.connection.table, args.lock});
-    if (!row) exit_with(row.error(), "status", args.connection.table);
+    if (!row) exit_with(row.error(), "status", args.connection);
     if (*row) report.rows.push_back(std::move(**row));
   } else {
     auto rows = backend.list(args.connection.table);
-    if (!rows) exit_with(rows.error(), "status", args.connection.table);
+    if (!rows) exit_with(rows.error(), "status", args.connection);
     report.rows = std::move(*rows);
   }
 
@@ -40,7 +40,7 @@ int execute(const StatusArgs& args) {
   else
     std::cout << format_text(report);
   std::cout.flush();
-  return std::cout ? exit_code::ok : exit_code::software;
+  return std::cout ? exit_code::ok : exit_code::internal;
 }
 
 }  // namespace
