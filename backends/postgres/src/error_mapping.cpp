@@ -14,6 +14,14 @@ bool is_connection_state(std::string_view state) {
   return state.starts_with("08") || state == "57P01" || state == "57P02" || state == "57P03" || state == "53300";
 }
 
+// Postgres quotes the statement after the message ("\nLINE 1: ...\n   ^"):
+// our own SQL, noise to a user, and a hint appended after it would read as
+// part of the quote.
+std::string without_statement(std::string text) {
+  if (const auto quote = text.find("\nLINE "); quote != std::string::npos) text.resize(quote);
+  return text;
+}
+
 std::string trimmed(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
   return text;
@@ -54,7 +62,7 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
       break;
   }
   const std::string& state = failure.sqlstate;
-  const std::string cause = "SQLSTATE " + state + ": " + failure.message;
+  const std::string cause = "SQLSTATE " + state + ": " + trimmed(without_statement(failure.message));
   // The server said why the statement failed, so it was not applied.
   if (is_connection_state(state)) return Error(Errc::backend_unavailable, describe(cause));
   // Not transient: retrying cannot help, so each gets its own code and the fix.
