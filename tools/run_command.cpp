@@ -52,7 +52,14 @@ struct RunArgs {
 std::string command_text(const std::vector<std::string>& command) {
   constexpr std::size_t max_bytes = 200;
   std::string text;
-  for (const std::string& word : command) text += (text.empty() ? "" : " ") + word;
+  for (std::string word : command) {
+    // The column is text in the database's encoding: a word that is not
+    // UTF-8 (a Latin-1 file name) would make the acquire itself fail.
+    if (!utf8_length(word))
+      for (char& c : word)
+        if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    text += (text.empty() ? "" : " ") + word;
+  }
   if (text.size() <= max_bytes) return text;
   std::size_t cut = max_bytes;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;

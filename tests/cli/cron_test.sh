@@ -34,6 +34,10 @@ contains "$ERR" "--instance-id" "names the flag"
 kill -TERM "$holder"
 wait_exit "$holder" 20
 
+# A command word that is not UTF-8 is recorded with '?' for its odd bytes: the
+# acquire must not fail on it.
+expect 0 "a Latin-1 argument: the command still runs" pgm run --lock latin -- true $'caf\xe9'
+
 # --- control characters are escaped in every output ----------------------------------
 evil=$'evil\nFORGED LINE\e[31m'
 "$PGMUTEX" run --table "$TABLE" --lock "$evil" --instance-id $'id\tx' -- \
