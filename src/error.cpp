@@ -18,6 +18,8 @@ class Category final : public std::error_category {
       case Errc::outcome_unknown: return "outcome unknown";
       case Errc::invalid_argument: return "invalid argument";
       case Errc::backend_error: return "backend error";
+      case Errc::permission_denied: return "permission denied";
+      case Errc::schema_missing: return "schema missing";
     }
     return "unknown pgmutex error";
   }
@@ -50,7 +52,9 @@ void throw_error(const Error& e) {
       case Errc::invalid_argument: throw InvalidArgumentError(e);
       case Errc::backend_unavailable:
       case Errc::outcome_unknown:
-      case Errc::backend_error: throw BackendError(e);
+      case Errc::backend_error:
+      case Errc::permission_denied:
+      case Errc::schema_missing: throw BackendError(e);
       case Errc::cancelled: break;
     }
   }

@@ -100,6 +100,7 @@ std::string in_flag_terms(std::string message) {
   static constexpr std::pair<std::string_view, std::string_view> names[] = {
       {"heartbeat_interval", "--heartbeat-interval"}, {"alert_threshold", "--alert-threshold"},
       {"stale_threshold", "--stale-threshold"},       {"lock_name", "--lock"},
+      {"instance_id", "--instance-id"},
       {"safety_margin", "the safety margin"},         {"heartbeat_timeout", "one heartbeat attempt's timeout"},
   };
   for (const auto& [library, flag] : names) {

@@ -89,7 +89,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
     ssize_t got = 0;
     do got = ::read(gate[0], &go, 1);
     while (got < 0 && errno == EINTR);
-    if (got != 1) ::_exit(exit_code::software);  // pgmutex ended before start()
+    if (got != 1) ::_exit(exit_code::internal);  // pgmutex ended before start()
     // We block the supervised signals to read them; the command starts with
     // the mask we had before. Dispositions pass through exec untouched: a
     // signal ignored for us (nohup's SIGHUP) stays ignored, as a shell has it.

@@ -6,9 +6,11 @@
 
 namespace pgmutex::cli {
 
-// A connected backend. Throws Exit: usage (64) for a DSN the backend calls
-// invalid, unavailable (69) when the server cannot be reached or refuses us.
-// The backend's message names the DSN with its password masked.
+// A connected backend. Throws Exit with the class's code (exit_codes.hpp):
+// usage (64) for a DSN the backend calls invalid, no_permission (77) when the
+// server refuses the login, config (78) when the database does not exist,
+// unavailable (69) when the server cannot be reached. The backend's message
+// names the DSN with its password masked.
 [[nodiscard]] PostgresBackend connect_backend(const ConnectionArgs& args, PostgresOptions options = {});
 
 }  // namespace pgmutex::cli

@@ -1,33 +1,62 @@
 #include "exit_codes.hpp"
 
+#include "failure_hints.hpp"
+
 namespace pgmutex::cli {
+namespace {
+
+bool has_state(const Error& error, std::string_view state) {
+  return error.detail.find("SQLSTATE " + std::string(state)) != std::string::npos;
+}
+
+// The fix, in the user's terms, for the classes that need one.
+std::string fix_for(const Error& error, const std::string& what, const ConnectionArgs& connection) {
+  if (error == Errc::schema_missing) {
+    if (has_state(error, "3D000"))
+      return "the database named by the connection does not exist: create it (createdb) or fix the DSN";
+    return "the lock table " + connection.table + " is missing or lacks a column (made by the seed's package or an "
+           "older pgmutex?): create or upgrade it with: " + schema_command(connection);
+  }
+  if (error == Errc::permission_denied) {
+    if (!has_state(error, "42501"))
+      return "authentication failed for role " + connection_role(connection) +
+             ": check the user and password (DSN, PGPASSWORD or ~/.pgpass)";
+    const std::string role = connection_role(connection);
+    if (what == "schema")
+      return "role " + role + " may not create the lock table: as an owner, run " + schema_grant(connection.table, role) +
+             "; or have the owner run " + schema_command(connection);
+    return "role " + role + " lacks a privilege on the lock table; as its owner, run: " +
+           lock_grants(connection.table, role);
+  }
+  return {};
+}
+
+}  // namespace
 
 int exit_code_for(const Error& error) noexcept {
-  if (error.code.category() != error_category()) return exit_code::software;
+  if (error.code.category() != error_category()) return exit_code::internal;
   switch (static_cast<Errc>(error.code.value())) {
     case Errc::invalid_argument: return exit_code::usage;
     case Errc::backend_unavailable:
     case Errc::outcome_unknown: return exit_code::unavailable;
     case Errc::lock_held:
     case Errc::timeout: return exit_code::temporary;
+    case Errc::permission_denied: return exit_code::no_permission;
+    case Errc::schema_missing: return exit_code::config;
+    case Errc::backend_error: return exit_code::refused;
+    // Never the outcome of a command's own request: a bug if it gets here.
+    // (A lock lost while the command ran exits 70 from `run` itself.)
     case Errc::lock_not_held:
     case Errc::lease_lost:
     case Errc::cancelled:
-    case Errc::already_acquired:
-    case Errc::backend_error: return exit_code::software;
+    case Errc::already_acquired: return exit_code::internal;
   }
-  return exit_code::software;
+  return exit_code::internal;
 }
 
-void exit_with(const Error& error, const std::string& what, const std::string& table) {
-  // The commonest first-run mistake: the table was never created.
-  if (error.detail.find("SQLSTATE 42P01") != std::string::npos)
-    throw Exit(exit_code::software, what + ": the lock table " + table +
-                                        " does not exist: create it with 'pgmutex schema --table " + table + "'");
-  // Postgres appends the statement and a caret on further lines: noise here.
-  std::string message = error.message();
-  if (const auto end = message.find('\n'); end != std::string::npos) message.resize(end);
-  throw Exit(exit_code_for(error), what + ": " + message);
+void exit_with(const Error& error, const std::string& what, const ConnectionArgs& connection) {
+  const std::string fix = fix_for(error, what, connection);
+  throw Exit(exit_code_for(error), what + ": " + error.message() + (fix.empty() ? "" : " - " + fix));
 }
 
 }  // namespace pgmutex::cli

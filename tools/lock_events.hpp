@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "pgmutex/error.hpp"
+#include "terminal_text.hpp"
 
 namespace pgmutex::cli {
 
@@ -13,19 +14,18 @@ struct LockEvents {
   // Off for a single try: its one "taken" line already says the holder is late.
   bool report_alerts = true;
 
+  // Names and messages go through shown()/one_line(): each event is one line.
   void alert(std::string_view lock, std::string_view holder, double seconds) const {
     if (report_alerts)
-      std::fprintf(stderr, "pgmutex: alert: lock '%.*s': holder %.*s has not sent a heartbeat for %.1f s\n",
-                   static_cast<int>(lock.size()), lock.data(), static_cast<int>(holder.size()), holder.data(), seconds);
+      std::fprintf(stderr, "pgmutex: alert: lock '%s': holder %s has not sent a heartbeat for %.1f s\n",
+                   shown(lock).c_str(), shown(holder).c_str(), seconds);
   }
   void stale_reclaimed(std::string_view lock, std::string_view, std::string_view previous) const {
-    std::fprintf(stderr, "pgmutex: reclaimed stale lock '%.*s' from %.*s\n", static_cast<int>(lock.size()), lock.data(),
-                 static_cast<int>(previous.size()), previous.data());
+    std::fprintf(stderr, "pgmutex: reclaimed stale lock '%s' from %s\n", shown(lock).c_str(), shown(previous).c_str());
   }
   void heartbeat_failed(std::string_view lock, std::string_view, const Error& error) const {
-    const std::string text = error.message();
-    std::fprintf(stderr, "pgmutex: warning: heartbeat for lock '%.*s' failed, retrying: %s\n",
-                 static_cast<int>(lock.size()), lock.data(), text.c_str());
+    std::fprintf(stderr, "pgmutex: warning: heartbeat for lock '%s' failed, retrying: %s\n", shown(lock).c_str(),
+                 one_line(error.message()).c_str());
   }
 };
 

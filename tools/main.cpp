@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "exit_codes.hpp"
+#include "terminal_text.hpp"
 #include "version.hpp"
 
 namespace {
@@ -33,9 +34,13 @@ and the lock holds across every machine that reaches the same Postgres.
 Connection: --dsn, else $PGMUTEX_DSN, else libpq's PGHOST, PGPORT, PGUSER,
 PGDATABASE, PGPASSWORD and ~/.pgpass. Passwords are never printed.
 
-Exit codes: the command's own; 64 usage error; 69 Postgres unreachable;
-70 lock lost while the command ran, or the database refused a request;
-75 lock taken; 126/127 command not executable/not found; 128+N killed by signal N.)";
+Exit codes: the command's own; 64 usage error or a DSN value libpq refuses;
+69 Postgres unreachable; 70 lock lost while the command ran; 71 internal error;
+75 lock taken (see run -E); 76 the database refused for another reason;
+77 permission denied or authentication failed; 78 lock table, column or
+database missing (the message gives the command that fixes it);
+126/127 command not executable/not found; 128+N killed by signal N.
+status --check: 0 ok, 1 alert, 2 stale, 3 unknown.)";
 
 bool has_separator(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
@@ -100,10 +105,10 @@ int main(int argc, char** argv) {
       if (command->parsed()) return runner();
     return exit_code::usage;  // unreachable: require_subcommand(1)
   } catch (const pgmutex::cli::Exit& exit) {
-    if (*exit.what() != '\0') std::fprintf(stderr, "pgmutex: %s\n", exit.what());
+    if (*exit.what() != '\0') std::fprintf(stderr, "pgmutex: %s\n", pgmutex::cli::one_line(exit.what()).c_str());
     return exit.code();
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "pgmutex: internal error: %s\n", error.what());
-    return exit_code::software;
+    std::fprintf(stderr, "pgmutex: internal error: %s\n", pgmutex::cli::one_line(error.what()).c_str());
+    return exit_code::internal;
   }
 }

@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "connection.hpp"
 #include "exit_codes.hpp"
+#include "terminal_text.hpp"
 #include "status_format.hpp"
 
 namespace pgmutex::cli {
@@ -21,16 +22,18 @@ struct ReleaseArgs {
 int execute(const ReleaseArgs& args) {
   PostgresBackend backend = connect_backend(args.connection);
   auto removed = backend.force_release(LockRef{args.connection.table, args.lock});
-  if (!removed) exit_with(removed.error(), "release", args.connection.table);
+  if (!removed) exit_with(removed.error(), "release", args.connection);
   if (!*removed) {
-    std::cout << "lock '" << args.lock << "' was not held: nothing to release\n";
+    std::cout << "lock '" << shown(args.lock) << "' was not held: nothing to release\n";
     return exit_code::ok;
   }
   const LockRow& row = **removed;
   char age[32];
   std::snprintf(age, sizeof age, "%.1f", row.seconds_since_heartbeat);
-  std::cout << "released lock '" << row.lock_name << "' held by " << row.instance_id << " (fence " << row.fence
-            << ", acquired " << iso8601(row.acquired_at) << ", last heartbeat " << age << " s ago)\n";
+  const std::string where = holder_where(row);
+  std::cout << "released lock '" << shown(row.lock_name) << "' held by " << shown(row.instance_id) << " (fence "
+            << row.fence << ", acquired " << iso8601(row.acquired_at) << ", last heartbeat " << age << " s ago"
+            << (where.empty() ? "" : "; " + where) << ")\n";
   return exit_code::ok;
 }
 

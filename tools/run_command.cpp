@@ -21,7 +21,9 @@
 #include "process_group.hpp"
 #include "safety_margin.hpp"
 #include "signals.hpp"
+#include "status_format.hpp"
 #include "supervisor.hpp"
+#include "terminal_text.hpp"
 
 namespace pgmutex::cli {
 namespace {
@@ -40,7 +42,29 @@ struct RunArgs {
   double grace_s = 10;
   std::vector<std::string> command;
   bool separator_given = false;
+  bool quiet = false;
+  int conflict_exit_code = exit_code::temporary;
+  std::string instance_id;
 };
+
+// The command as `status` shows it: its words joined, cut to a readable length
+// (never inside a UTF-8 character).
+std::string command_text(const std::vector<std::string>& command) {
+  constexpr std::size_t max_bytes = 200;
+  std::string text;
+  for (std::string word : command) {
+    // The column is text in the database's encoding: a word that is not
+    // UTF-8 (a Latin-1 file name) would make the acquire itself fail.
+    if (!utf8_length(word))
+      for (char& c : word)
+        if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    text += (text.empty() ? "" : " ") + word;
+  }
+  if (text.size() <= max_bytes) return text;
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
 
 std::string seconds_text(double seconds) {
   char buffer[32];
@@ -53,6 +77,7 @@ std::string seconds_text(double seconds) {
 RunMargin lock_options(const RunArgs& args) {
   Options options;
   options.lock_name = args.lock;
+  options.instance_id = args.instance_id;  // empty: the library's <hostname>-<random>
   options.table = args.connection.table;
   options.heartbeat_interval = to_duration(args.heartbeat_s);
   options.alert_threshold = to_duration(args.thresholds.alert_s);
@@ -74,32 +99,40 @@ void check_usage(const RunArgs& args) {
 }
 
 // The one line a contender prints: who holds the lock and how late they are.
-[[noreturn]] void exit_taken(const RunArgs& args, const std::optional<HolderInfo>& holder, bool timed_out) {
-  std::string line = "lock '" + args.lock + "' is ";
+// --quiet: none, as flock -n prints none. -E sets the code.
+[[noreturn]] void exit_taken(const RunArgs& args, const std::optional<LockRow>& holder, bool timed_out) {
+  if (args.quiet) throw Exit(args.conflict_exit_code, "");
+  std::string line = "lock '" + shown(args.lock) + "' is ";
   line += timed_out ? "still held after waiting " + seconds_text(args.timeout_s) + " by " : "held by ";
   if (holder) {
-    line += holder->instance_id + " (fence " + std::to_string(holder->fence) + "), last heartbeat " +
+    line += shown(holder->instance_id) + " (fence " + std::to_string(holder->fence) + "), last heartbeat " +
             seconds_text(holder->seconds_since_heartbeat) + " ago";
+    if (const std::string where = holder_where(*holder); !where.empty()) line += ", " + where;
     if (holder->seconds_since_heartbeat >= args.thresholds.alert_s)
       line += " - past the alert threshold (" + seconds_text(args.thresholds.alert_s) +
               "): the holder may be dead; the lock becomes reclaimable at " + seconds_text(args.thresholds.stale_s);
   } else {
     line += "another instance";
   }
-  throw Exit(exit_code::temporary, line);
+  throw Exit(args.conflict_exit_code, line);
 }
 
 [[noreturn]] void exit_interrupted(int signo, const std::string& when) {
   throw Exit(exit_code::signal_base + signo, std::string("interrupted by SIG") + signal_name(signo) + " " + when);
 }
 
-// Who holds the lock. An acquire that lost a race with a concurrent insert may
-// not have seen the winner's row (its snapshot predates it): read it now.
-std::optional<HolderInfo> holder_of(RunMutex& mutex, const Guard& empty) {
-  if (empty.holder() && !empty.holder()->instance_id.empty()) return empty.holder();
-  auto row = mutex.inspect(nothrow);
-  if (!row || !*row) return std::nullopt;
-  return HolderInfo{(*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat};
+// Who holds the lock, read from its row: the row has the holder's pid and
+// command, and an acquire that lost a race with a concurrent insert may not
+// have seen the winner's row (its snapshot predates it). If the row cannot be
+// read, what the acquire saw.
+std::optional<LockRow> holder_of(RunMutex& mutex, const Guard& empty) {
+  if (auto row = mutex.inspect(nothrow); row && *row) return **row;
+  if (!empty.holder() || empty.holder()->instance_id.empty()) return std::nullopt;
+  LockRow seen;
+  seen.instance_id = empty.holder()->instance_id;
+  seen.fence = empty.holder()->fence;
+  seen.seconds_since_heartbeat = empty.holder()->seconds_since_heartbeat;
+  return seen;
 }
 
 Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts) {
@@ -111,10 +144,10 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
                                          interrupts.stop_token())
                          : mutex.try_acquire(nothrow);
   interrupts.finish();
-  if (!guard) exit_with(guard.error(), "run", args.connection.table);
+  if (!guard) exit_with(guard.error(), "run", args.connection);
   if (const int signo = interrupts.interrupted_by(); signo != 0)
-    exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + args.lock + "'");
-  if (!*guard) exit_taken(args, holder_of(mutex, *guard), guard->why() == Errc::timeout);
+    exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + shown(args.lock) + "'");
+  if (!*guard) exit_taken(args, args.quiet ? std::nullopt : holder_of(mutex, *guard), guard->why() == Errc::timeout);
   return std::move(*guard);
 }
 
@@ -135,14 +168,15 @@ int execute(RunArgs& args) {
   network.network_timeout = std::clamp<std::chrono::nanoseconds>(attempt, std::chrono::seconds(1), std::chrono::seconds(10));
   network.connect_timeout = network.network_timeout;
   network.reconnect_attempts = 1;
+  network.holder_command = command_text(args.command);
   auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
                                   LockEvents{.report_alerts = args.wait});
-  if (!created) exit_with(created.error(), "run", args.connection.table);
+  if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
   Guard guard = take_lock(mutex, args, interrupts);
 
   // Only a holder warns: a contender that exits 75 has no command to stop.
-  if (!plan.shortfall.empty()) std::fprintf(stderr, "pgmutex: warning: %s\n", plan.shortfall.c_str());
+  if (!plan.shortfall.empty()) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());
 
   Wakeup lost;
   std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
@@ -169,7 +203,7 @@ int execute(RunArgs& args) {
     lease_lost = true;
     const auto why = guard.heartbeat(nothrow);
     std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
-                 args.lock.c_str(), why ? "lease lost" : why.error().message().c_str(),
+                 shown(args.lock).c_str(), why ? "lease lost" : one_line(why.error().message()).c_str(),
                  seconds_text(args.grace_s).c_str());
   };
   events.leftovers = [&](const std::vector<pid_t>& pids) {
@@ -177,7 +211,7 @@ int execute(RunArgs& args) {
                  "pgmutex: the command exited but left %zu process%s behind (%s): SIGTERM now, SIGKILL after %s; "
                  "lock '%s' is released once they are gone\n",
                  pids.size(), pids.size() == 1 ? "" : "es", pid_list(pids).c_str(), seconds_text(args.grace_s).c_str(),
-                 args.lock.c_str());
+                 shown(args.lock).c_str());
   };
   events.killed_after_grace = [&](const std::vector<pid_t>& pids) {
     if (lease_lost) return;  // the exit message says it
@@ -196,15 +230,15 @@ int execute(RunArgs& args) {
   // it may have run beside another holder, and the exit code says so.
   if (outcome.lease_lost || guard.lost()) {
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
-    throw Exit(exit_code::software, "lock '" + args.lock + "' was lost while the command ran; " +
+    throw Exit(exit_code::lost, "lock '" + shown(args.lock) + "' was lost while the command ran; " +
                                         (outcome.killed_after_grace
                                              ? "what still ran of the command was killed with SIGKILL after the "
                                                "grace period"
                                              : "the command ended after SIGTERM"));
   }
   if (auto released = guard.release(nothrow); !released)
-    std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", args.lock.c_str(),
-                 released.error().message().c_str());
+    std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", shown(args.lock).c_str(),
+                 one_line(released.error().message()).c_str());
   return outcome.exit_code;
 }
 
@@ -237,6 +271,16 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
+  run->add_flag("-q,--quiet", args->quiet, "print nothing when the lock is taken (as flock -n); errors are still printed");
+  run->add_option("-E,--conflict-exit-code", args->conflict_exit_code,
+                  "exit with N instead of 75 when the lock is taken, or still taken after --timeout (as flock -E)")
+      ->capture_default_str()
+      ->type_name("N")
+      ->check(CLI::Range(0, 255));
+  run->add_option("--instance-id", args->instance_id,
+                  "this holder's id, as status shows it and PGMUTEX_INSTANCE gives it (1..64 characters; default "
+                  "<hostname>-<random>); unique per process")
+      ->type_name("ID");
   add_connection_options(*run, args->connection);
   run->add_option("COMMAND", args->command, "the command and its arguments, after --")->type_name("");
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
@@ -245,12 +289,14 @@ can catch (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, ...) is forwarded
 its process group. The lock is released only once no process of that group runs:
 leftovers get SIGTERM, then SIGKILL after --grace. If pgmutex itself dies, a guard
 process kills the group. pgmutex exits with the command's exit code (128+N if
-signal N killed it); 75 if the lock is taken; 70 if the lock was lost while it ran.
+signal N killed it); 75 (or -E N) if the lock is taken; 70 if the lock was lost
+while it ran. Other failures: 64 usage or DSN, 69 unreachable, 77 permission,
+78 table missing (see pgmutex --help).
 
 Examples:
   pgmutex run --lock nightly-report -- ./report.sh
   pgmutex run --lock deploy --wait --timeout 300 -- make deploy
-  */5 * * * *  pgmutex run --lock sync --dsn 'host=db user=cron' -- /opt/sync)");
+  */5 * * * *  pgmutex run --lock sync --quiet -E 0 --dsn 'host=db user=cron' -- /opt/sync)");
   return [args] { return execute(*args); };
 }
 

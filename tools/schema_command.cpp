@@ -12,7 +12,7 @@ namespace {
 
 int execute(const ConnectionArgs& args) {
   PostgresBackend backend = connect_backend(args);
-  if (auto created = backend.create_schema(args.table); !created) exit_with(created.error(), "schema", args.table);
+  if (auto created = backend.create_schema(args.table); !created) exit_with(created.error(), "schema", args);
   std::cout << "table " << args.table << " is ready (created or upgraded if needed)\n";
   return exit_code::ok;
 }

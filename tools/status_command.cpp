@@ -1,4 +1,4 @@
-// pgmutex status [NAME] [--json]: who holds what, and how late their heartbeats are.
+// pgmutex status [NAME] [--json | --check]: who holds what, and how late their heartbeats are.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "connection.hpp"
 #include "exit_codes.hpp"
+#include "status_check.hpp"
 #include "status_format.hpp"
 
 namespace pgmutex::cli {
@@ -17,9 +18,31 @@ struct StatusArgs {
   ThresholdArgs thresholds{};
   std::string lock;
   bool json = false;
+  bool check = false;
 };
 
+// --check: whatever goes wrong is UNKNOWN (3), said in the one line on stdout
+// that a monitoring system reads.
+int check(const StatusArgs& args) {
+  if (args.json) throw Exit(exit_code::usage, "status: --check and --json do not go together");
+  if (args.lock.empty()) throw Exit(exit_code::usage, "status --check needs a lock NAME: pgmutex status --check NAME");
+  check_threshold_order(args.thresholds);
+  CheckResult result{check_code::unknown, ""};
+  try {
+    PostgresBackend backend = connect_backend(args.connection);
+    auto row = backend.inspect(LockRef{args.connection.table, args.lock});
+    if (!row) exit_with(row.error(), "status", args.connection);
+    result = check_lock(args.lock, *row, args.thresholds);
+  } catch (const Exit& exit) {
+    result = check_unknown(exit.what());
+  }
+  std::cout << result.line << '\n';
+  std::cout.flush();
+  return result.code;
+}
+
 int execute(const StatusArgs& args) {
+  if (args.check) return check(args);
   check_threshold_order(args.thresholds);
   PostgresBackend backend = connect_backend(args.connection);
 
@@ -27,11 +50,11 @@ int execute(const StatusArgs& args) {
   if (!args.lock.empty()) {
     report.lock = args.lock;
     auto row = backend.inspect(LockRef{args.connection.table, args.lock});
-    if (!row) exit_with(row.error(), "status", args.connection.table);
+    if (!row) exit_with(row.error(), "status", args.connection);
     if (*row) report.rows.push_back(std::move(**row));
   } else {
     auto rows = backend.list(args.connection.table);
-    if (!rows) exit_with(rows.error(), "status", args.connection.table);
+    if (!rows) exit_with(rows.error(), "status", args.connection);
     report.rows = std::move(*rows);
   }
 
@@ -40,7 +63,7 @@ int execute(const StatusArgs& args) {
   else
     std::cout << format_text(report);
   std::cout.flush();
-  return std::cout ? exit_code::ok : exit_code::software;
+  return std::cout ? exit_code::ok : exit_code::internal;
 }
 
 }  // namespace
@@ -50,6 +73,8 @@ CommandRunner add_status_command(CLI::App& app) {
   CLI::App* status = app.add_subcommand("status", "Show held locks: holder, fence, heartbeat age, ok/alert/stale");
   status->add_option("name", args->lock, "show only this lock")->type_name("NAME")->check(lock_name_validator());
   status->add_flag("--json", args->json, "print JSON instead of a table");
+  status->add_flag("--check", args->check,
+                   "monitoring: one line on stdout; exit 0 ok or free, 1 alert, 2 stale, 3 unknown (cannot tell)");
   add_threshold_options(*status, args->thresholds);
   add_connection_options(*status, args->connection);
   status->footer(R"(States: ok; alert (no heartbeat for --alert-threshold seconds: is the holder
@@ -59,7 +84,8 @@ may reclaim it). Ages come from the server's clock.
 Examples:
   pgmutex status
   pgmutex status nightly-report --json | jq '.locks[0].state'
-  pgmutex status --alert-threshold 60 --stale-threshold 900)");
+  pgmutex status --alert-threshold 60 --stale-threshold 900
+  pgmutex status --check nightly-report     # a Nagios/Icinga check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)");
   return [args] { return execute(*args); };
 }
 

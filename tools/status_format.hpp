@@ -31,6 +31,13 @@ struct StatusReport {
   std::vector<LockRow> rows;
 };
 
+// "pid 4242 on web-3: /opt/app/sync": what the holder's grant recorded (empty
+// if nothing: a seed-made row), control characters escaped.
+[[nodiscard]] std::string holder_where(const LockRow& row);
+
+// "web-3-8f2a91c0 (pid 4242 on web-3: /opt/app/sync)": the instance and holder_where().
+[[nodiscard]] std::string holder_text(const LockRow& row);
+
 // Aligned columns, one lock per line, or one line saying nothing is held.
 [[nodiscard]] std::string format_text(const StatusReport& report);
 

@@ -43,6 +43,13 @@ struct HolderKey {
   std::chrono::nanoseconds timeout{0};
 };
 
+// Who holds a grant, for an operator's eyes only (never matched on).
+struct HolderDetails {
+  std::string_view host;     // empty: the backend's default (PostgresBackend: this machine's hostname)
+  std::int64_t pid = 0;      // 0: the backend's default (PostgresBackend: this process)
+  std::string_view command;  // empty: the backend's default (PostgresBackend: PostgresOptions::holder_command)
+};
+
 struct AcquireRequest {
   LockRef lock;
   std::string_view instance_id;
@@ -51,6 +58,7 @@ struct AcquireRequest {
   std::chrono::nanoseconds stale_threshold;
   GrantToken token = 0;  // stored in the row this attempt creates
   std::chrono::nanoseconds timeout{0};  // as in HolderKey
+  HolderDetails holder_details{};       // stored with our grant
 };
 
 // The outcome of one try. A losing try is not an error: it names the holder.
@@ -72,6 +80,11 @@ struct LockRow {
   double seconds_since_heartbeat = 0.0;               // server clock, computed in the statement
   GrantToken token = 0;                               // 0: a row made by the seed's package
   std::chrono::nanoseconds stale_threshold{0};        // the holder's; 0: not stored (a seed-made row)
+  // Where the holder runs, as its grant recorded it; empty or 0: not recorded
+  // (a seed-made row, or a holder that did not say).
+  std::string holder_host;
+  std::int64_t holder_pid = 0;
+  std::string holder_command;
 };
 
 // --- The required operations, one small concept each, so that a backend

@@ -22,7 +22,9 @@ enum class Errc {
   backend_unavailable,  // the backend cannot be reached now (transient: retry)
   outcome_unknown,      // the request may or may not have been applied
   invalid_argument,     // an option or argument breaks a rule
-  backend_error,        // the backend refused the request (SQL error, bad schema, ...)
+  backend_error,        // the backend refused the request for another reason (the detail says why)
+  permission_denied,    // the backend refused us: a missing privilege, or authentication failed (not transient)
+  schema_missing,       // the lock table, one of its columns, or the database does not exist (not transient)
 };
 
 }  // namespace pgmutex

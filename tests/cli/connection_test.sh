@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Where pgmutex connects (--dsn, PGMUTEX_DSN, PG*), an unreachable server (69),
+# a refused login (77),
 # and that no output ever shows a password.
 source "$(dirname "$0")/lib.sh" "$@"
 
@@ -28,10 +29,10 @@ sleep 1
 expect 75 "taken, with a password URI" pgm run --lock pw-held --dsn "$uri_dsn" -- true; keep
 expect 0 "release --force with a password URI" pgm release --force pw-held --dsn "$uri_dsn"; keep
 
-# --- wrong password and unreachable servers: 69 --------------------------------
+# --- a wrong password: 77 (refused, not unreachable); unreachable servers: 69 ------
 wrong="wrong-$secret"
-expect 69 "wrong password: 69" pgm status --dsn "host=$tcp port=$PGPORT dbname=$PGDATABASE user=$role password=$wrong"; keep
-contains "$ERR" "cannot connect to Postgres" "says it cannot connect"
+expect 77 "wrong password: 77" pgm status --dsn "host=$tcp port=$PGPORT dbname=$PGDATABASE user=$role password=$wrong"; keep
+contains "$ERR" "authentication failed" "says authentication failed"
 contains "$ERR" "********" "shows the DSN with the password masked"
 unreachable_kw="host=127.0.0.1 port=1 user=$role password=$secret connect_timeout=2"
 unreachable_uri="postgresql://$role:$secret@127.0.0.1:1/db?connect_timeout=2"
@@ -53,7 +54,7 @@ PGMUTEX_DSN="$unreachable_kw" expect 0 "--dsn wins over PGMUTEX_DSN" pgm status 
 PGMUTEX_DSN="$kw_dsn" expect 0 "PGMUTEX_DSN with a password" pgm status; keep
 expect 0 "no DSN at all: the PG* environment" pgm status
 PGPORT=1 expect 69 "no DSN: PGPORT is honoured" pgm status; keep
-PGHOST=$tcp PGUSER=$role PGPASSWORD=$wrong expect 69 "PGPASSWORD, wrong" pgm status; keep
+PGHOST=$tcp PGUSER=$role PGPASSWORD=$wrong expect 77 "PGPASSWORD, wrong" pgm status; keep
 
 # --- never a password ------------------------------------------------------------
 lacks "$all_output" "$secret" "no output showed the password"

@@ -2,8 +2,8 @@
 # pgmutex run: contention, waiting, exit codes, the child's environment.
 source "$(dirname "$0")/lib.sh" "$@"
 
-expect 70 "run before the table exists" pgm run --lock early -- true
-contains "$ERR" "the lock table $TABLE does not exist: create it with 'pgmutex schema --table $TABLE'" "says how to fix it"
+expect 78 "run before the table exists: 78 (EX_CONFIG)" pgm run --lock early -- true
+contains "$ERR" "create or upgrade it with: pgmutex schema --table '$TABLE'" "says how to fix it"
 equal "$(line_count "$ERR")" "1" "in one line"
 expect 0 "schema creates the table" pgm schema
 contains "$OUT" "$TABLE" "schema names the table"

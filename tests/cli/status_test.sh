@@ -29,14 +29,16 @@ read -r doomed_instance doomed_fence doomed_shell <"$WORK/doomed"
 
 expect 0 "status, all ok" pgm status
 equal "$(line_count "$OUT")" "3" "a header and two locks"
-matches "$OUT" "^LOCK +INSTANCE +FENCE +ACQUIRED_AT +HEARTBEAT_AGE +STATE$" "text header"
-matches "$OUT" "^alive +$alive_instance +$alive_fence +[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +[0-9]+\.[0-9]s +ok$" "text row: alive"
-matches "$OUT" "^doomed +$doomed_instance +$doomed_fence .* ok$" "text row: doomed"
+matches "$OUT" "^LOCK +INSTANCE +FENCE +ACQUIRED_AT +HEARTBEAT_AGE +STATE +HOST +PID +COMMAND$" "text header"
+matches "$OUT" "^alive +$alive_instance +$alive_fence +[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +[0-9]+\.[0-9]s +ok +$(hostname) +$alive_pgmutex +sh -c .*$" "text row: alive, with its host, pid and command"
+matches "$OUT" "^doomed +$doomed_instance +$doomed_fence .* ok .*$" "text row: doomed"
 
 expect 0 "status --json, all ok" pgm status --json
 equal "$(jq '.locks | length' "$OUT")" "2" "json: two locks"
 equal "$(jq -r '.locks[] | select(.lock=="alive") | "\(.instance) \(.fence) \(.state)"' "$OUT")" \
   "$alive_instance $alive_fence ok" "json: instance, fence, state"
+equal "$(jq -r '.locks[] | select(.lock=="alive") | "\(.host) \(.pid) \(.command | startswith("sh -c "))"' "$OUT")" \
+  "$(hostname) $alive_pgmutex true" "json: the holder's host, pid and command"
 jq -e '.locks[0].acquired_at | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$")' "$OUT" >/dev/null &&
   pass "json: acquired_at is ISO 8601 UTC" || fail "json acquired_at: $(jq -r '.locks[0].acquired_at' "$OUT")"
 jq -e '.locks[0].seconds_since_heartbeat | type == "number" and . >= 0 and . < 5' "$OUT" >/dev/null &&
@@ -47,14 +49,14 @@ kill -KILL "$doomed_pgmutex"
 kill -KILL -- "-$doomed_shell" 2>/dev/null
 sleep 1.5
 expect 0 "status: alert" pgm status --alert-threshold 1 --stale-threshold 60
-matches "$OUT" "^doomed .* alert$" "text: the dead holder is alert"
-matches "$OUT" "^alive .* ok$" "text: the live holder is still ok"
+matches "$OUT" "^doomed .* alert .*$" "text: the dead holder is alert"
+matches "$OUT" "^alive .* ok .*$" "text: the live holder is still ok"
 expect 0 "status --json: alert" pgm status doomed --json --alert-threshold 1 --stale-threshold 60
 equal "$(jq -r '.locks[0].state' "$OUT")" "alert" "json: alert"
 jq -e '.locks[0].seconds_since_heartbeat >= 1' "$OUT" >/dev/null && pass "json: age past the alert threshold" ||
   fail "json age: $(cat "$OUT")"
 expect 0 "status: stale" pgm status doomed --alert-threshold 0.5 --stale-threshold 1
-matches "$OUT" "^doomed .* stale$" "text: stale"
+matches "$OUT" "^doomed .* stale .*$" "text: stale"
 expect 0 "status --json: stale" pgm status --json --alert-threshold 0.5 --stale-threshold 1
 equal "$(jq -r '.locks[] | select(.lock=="doomed") | .state' "$OUT")" "stale" "json: stale"
 equal "$(jq -r '.alert_threshold, .stale_threshold' "$OUT" | tr '\n' ' ')" "0.5 1 " "json: the thresholds used"

@@ -110,7 +110,7 @@ TEST_CASE("every form of connection info reaches the server", "[backend][dsn]") 
     PostgresBackend b("host=" + s.tcp_host + " user=" + s.password_role, quick_fail());
     auto connected = b.connect();
     REQUIRE_FALSE(connected);
-    CHECK(connected.error() == Errc::backend_unavailable);
+    CHECK(connected.error() == Errc::permission_denied);
     CHECK(connected.error().detail.find("password") != std::string::npos);
   }
 }
@@ -170,13 +170,17 @@ TEST_CASE("no error text and no redacted DSN ever contains the password", "[back
     if (auto r = b.try_acquire(request("mutex_lock", "job", "me")); !r) errors.push_back(r.error());
     if (auto r = b.inspect(LockRef{"mutex_lock", "job"}); !r) errors.push_back(r.error());
     REQUIRE(errors.size() == 4);
-    // A DSN libpq cannot parse is a usage error, reported at once; the others are outages.
+    // A DSN libpq cannot parse is a usage error, reported at once; a refused
+    // login is permission_denied, never retried; the others are outages.
     const bool malformed = dsn.find("bogus_option") != std::string::npos;
+    const bool refused = dsn.find(s.password_role) != std::string::npos;
     for (const pgmutex::Error& e : errors) {
       INFO(e.message());
-      CHECK(e == (malformed ? Errc::invalid_argument : Errc::backend_unavailable));
+      CHECK(e == (malformed ? Errc::invalid_argument : refused ? Errc::permission_denied : Errc::backend_unavailable));
       CHECK(e.message().find(secret) == std::string::npos);
-      CHECK(e.message().find(malformed ? "invalid connection string" : "cannot connect") != std::string::npos);
+      CHECK(e.message().find(malformed ? "invalid connection string"
+                             : refused ? "password authentication failed"
+                                       : "cannot connect") != std::string::npos);
     }
   }
 }
@@ -189,7 +193,7 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   const auto columns = admin(
       "SELECT column_name, data_type, column_default FROM information_schema.columns WHERE table_name = '" + table +
       "' ORDER BY ordinal_position");
-  REQUIRE(columns.size() == 8);
+  REQUIRE(columns.size() == 11);
   CHECK(columns[0][0].as<std::string>() == "lock_name");
   CHECK(columns[5][0].as<std::string>() == "fence");
   CHECK(columns[5][1].as<std::string>() == "bigint");
@@ -200,6 +204,12 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   CHECK(columns[6][2].is_null());
   CHECK(columns[7][0].as<std::string>() == "holder_stale_s");
   CHECK(columns[7][1].as<std::string>() == "double precision");
+  // What status shows of the holder: nullable too.
+  CHECK(columns[8][0].as<std::string>() == "holder_host");
+  CHECK(columns[9][0].as<std::string>() == "holder_pid");
+  CHECK(columns[9][1].as<std::string>() == "bigint");
+  CHECK(columns[10][0].as<std::string>() == "holder_command");
+  for (std::size_t c = 8; c < 11; ++c) CHECK(columns[c][2].is_null());
   const auto constraints =
       admin("SELECT conname, contype FROM pg_constraint WHERE conrelid = '" + table + "'::regclass ORDER BY conname");
   REQUIRE(constraints.size() == 2);
@@ -231,7 +241,7 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   SECTION("a missing table is named, with the fix") {
     auto tried = b.try_acquire(request(fresh_table("missing"), "job", "me"));
     REQUIRE_FALSE(tried);
-    CHECK(tried.error() == Errc::backend_error);
+    CHECK(tried.error() == Errc::schema_missing);
     CHECK(tried.error().detail.find("create_schema") != std::string::npos);
   }
 }
@@ -245,7 +255,7 @@ TEST_CASE("create_schema upgrades a table made with the seed's exact DDL", "[bac
   PostgresBackend b("");
   auto before = b.try_acquire(request(table, "job", "me"));
   REQUIRE_FALSE(before);
-  CHECK(before.error() == Errc::backend_error);
+  CHECK(before.error() == Errc::schema_missing);
 
   REQUIRE(b.create_schema(table));
   REQUIRE(b.create_schema(table));
@@ -592,4 +602,73 @@ TEST_CASE("the backend says whether its heartbeats commit asynchronously, as its
   CHECK_FALSE(PostgresBackend("", on).heartbeat_commits_asynchronously());
   CHECK(PostgresBackend("", off).heartbeat_commits_asynchronously());
   CHECK(PostgresBackend("").heartbeat_commits_asynchronously());  // the default: off, as documented
+}
+
+TEST_CASE("a refusal that retrying cannot fix is its own error, reported at once", "[backend][dsn][errors]") {
+  SECTION("values libpq refuses before it tries a server: invalid_argument, naming the keyword") {
+    for (const std::string dsn : {"sslmode=bogus", "port=x", "port=70000", "connect_timeout=soon", "port=1,2"}) {
+      INFO(dsn);
+      PostgresBackend b(dsn);
+      auto connected = b.connect();
+      REQUIRE_FALSE(connected);
+      CHECK(connected.error() == Errc::invalid_argument);
+      CHECK(connected.error().detail.find(dsn.substr(0, dsn.find('='))) != std::string::npos);
+    }
+    EnvVar mode("PGSSLMODE", "bogus");
+    auto connected = PostgresBackend("").connect();
+    REQUIRE_FALSE(connected);
+    CHECK(connected.error() == Errc::invalid_argument);
+  }
+  SECTION("a database that does not exist: schema_missing") {
+    auto connected = PostgresBackend("dbname=pgmutex_no_such_database").connect();
+    REQUIRE_FALSE(connected);
+    CHECK(connected.error() == Errc::schema_missing);
+    CHECK(connected.error().detail.find("3D000") != std::string::npos);
+  }
+  SECTION("a role that does not exist: permission_denied") {
+    auto connected = PostgresBackend("user=pgmutex_no_such_role").connect();
+    REQUIRE_FALSE(connected);
+    CHECK(connected.error() == Errc::permission_denied);
+  }
+  SECTION("a table the role may not read: permission_denied") {
+    const std::string table = fresh_table("noperm");
+    PostgresBackend owner("");
+    REQUIRE(owner.create_schema(table));
+    const std::string role = "pgmutex_noperm_" + std::to_string(::getpid());
+    admin("CREATE ROLE " + role + " LOGIN");
+    auto tried = PostgresBackend("user=" + role).try_acquire(request(table, "job", "me"));
+    admin("DROP ROLE " + role);
+    REQUIRE_FALSE(tried);
+    CHECK(tried.error() == Errc::permission_denied);
+    CHECK(tried.error().detail.find("42501") != std::string::npos);
+  }
+}
+
+TEST_CASE("a grant records its holder's host, pid and command", "[backend][holder]") {
+  const std::string table = fresh_table("holder");
+  PostgresOptions options;
+  options.holder_command = "backup.sh --full";
+  PostgresBackend b("", options);
+  REQUIRE(b.create_schema(table));
+  REQUIRE(b.try_acquire(request(table, "defaults", "me")));
+  auto row = b.inspect(LockRef{table, "defaults"});
+  REQUIRE(row);
+  REQUIRE(row->has_value());
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  CHECK((*row)->holder_host == host);
+  CHECK((*row)->holder_pid == ::getpid());
+  CHECK((*row)->holder_command == "backup.sh --full");
+
+  // Literals: request() takes std::string, and a view of its temporary would dangle.
+  AcquireRequest given{LockRef{table, "given"}, "me", 60s};
+  given.holder_details = pgmutex::HolderDetails{"web-3", 4242, "sync"};
+  REQUIRE(b.try_acquire(given));
+  auto listed = b.list(table);
+  REQUIRE(listed);
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[1].lock_name == "given");
+  CHECK((*listed)[1].holder_host == "web-3");
+  CHECK((*listed)[1].holder_pid == 4242);
+  CHECK((*listed)[1].holder_command == "sync");
 }

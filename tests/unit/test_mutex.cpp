@@ -130,7 +130,7 @@ TEST_CASE("a backend error carries the lock name and the cause", "[mutex][errors
   auto m = sim.instance(opts("a"));  // no create_schema: the table does not exist
   auto r = m.try_acquire(nothrow);
   REQUIRE_FALSE(r);
-  CHECK(r.error() == Errc::backend_error);
+  CHECK(r.error() == Errc::schema_missing);
   CHECK_THAT(r.error().message(), Catch::Contains("lock 'nightly-report-job'") && Catch::Contains("create_schema"));
   CHECK_THROWS_AS(m.try_acquire(), BackendError);
 }

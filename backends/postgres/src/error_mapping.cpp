@@ -14,6 +14,14 @@ bool is_connection_state(std::string_view state) {
   return state.starts_with("08") || state == "57P01" || state == "57P02" || state == "57P03" || state == "53300";
 }
 
+// Postgres quotes the statement after the message ("\nLINE 1: ...\n   ^"):
+// our own SQL, noise to a user, and a hint appended after it would read as
+// part of the quote.
+std::string without_statement(std::string text) {
+  if (const auto quote = text.find("\nLINE "); quote != std::string::npos) text.resize(quote);
+  return text;
+}
+
 std::string trimmed(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
   return text;
@@ -54,14 +62,25 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
       break;
   }
   const std::string& state = failure.sqlstate;
-  const std::string cause = "SQLSTATE " + state + ": " + failure.message;
+  const std::string cause = "SQLSTATE " + state + ": " + trimmed(without_statement(failure.message));
   // The server said why the statement failed, so it was not applied.
   if (is_connection_state(state)) return Error(Errc::backend_unavailable, describe(cause));
+  // Not transient: retrying cannot help, so each gets its own code and the fix.
   if (state == "42P01")
-    return Error(Errc::backend_error, describe(cause + " (the lock table does not exist: call create_schema() first)"));
+    return Error(Errc::schema_missing, describe(cause + " (the lock table does not exist: call create_schema() first)"));
   if (state == "42703")
-    return Error(Errc::backend_error, describe(cause + " (the lock table lacks a column, e.g. one made by an older "
-                                                       "version: call create_schema() to upgrade it)"));
+    return Error(Errc::schema_missing, describe(cause + " (the lock table lacks a column, e.g. one made by the seed's "
+                                                        "package or an older version: call create_schema() to upgrade it)"));
+  if (state == "3D000") return Error(Errc::schema_missing, describe(cause));
+  if (state == "42501")
+    return Error(Errc::permission_denied,
+                 describe(cause + " (the role needs SELECT, INSERT, UPDATE, DELETE on the lock table and USAGE on its "
+                                  "fence sequence; create_schema() needs CREATE on the schema)"));
+  if (state.starts_with("28"))
+    return Error(Errc::permission_denied, describe(cause + " (authentication failed: check the user and password)"));
+  if (state == "25006")
+    return Error(Errc::backend_error, describe(cause + " (the server is a read-only standby: connect to the primary, "
+                                                       "e.g. add target_session_attrs=read-write to the DSN)"));
   // Serialization, deadlock, lock_timeout (55P03), statement_timeout or cancel (57014): try again later.
   if (state == "40001" || state == "40P01" || state == "55P03" || state == "57014")
     return Error(Errc::backend_unavailable, describe(cause));

@@ -5,6 +5,7 @@
 
 #include <libpq-fe.h>
 
+#include "conninfo_rules.hpp"
 #include "dsn.hpp"
 #include "error_mapping.hpp"
 
@@ -52,6 +53,8 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
     if (parse_error != nullptr) PQfreemem(parse_error);
     return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(cause, secrets_));
   }
+  if (auto refused = conninfo_value_error(conninfo_))
+    return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(*refused, secrets_));
   auto delay = options_.reconnect_backoff;
   const int attempts = std::max(1, options_.reconnect_attempts);
   std::string last;
@@ -70,6 +73,10 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
       ++connects_;
       return {};
     }
+    // The server answered and refused us (bad password, no such database or
+    // role): trying again gives the same answer. Only "not now" is retried.
+    if (opened.error().kind == StatementFailure::Kind::server && !connection_gone(opened.error()))
+      return tl::unexpected(to_error(opened.error(), "connect to '" + redacted_ + "'", Effect::read, secrets_));
     last = opened.error().message;
   }
   return fail(Errc::backend_unavailable, "cannot connect to '" + redacted_ + "': " + scrub(last, secrets_) +

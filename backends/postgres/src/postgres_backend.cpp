@@ -11,6 +11,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include <unistd.h>
+
 #include "dsn.hpp"
 #include "error_mapping.hpp"
 #include "own_session.hpp"
@@ -71,7 +73,16 @@ LockRow row_from(const Rows& rows, std::size_t r) {
   out.token = token_of(rows.text(r, 5));
   out.stale_threshold = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(double_of(rows.text(r, 6))));
+  out.holder_host = rows.text(r, 7);
+  out.holder_pid = std::strtoll(rows.text(r, 8).c_str(), nullptr, 10);
+  out.holder_command = rows.text(r, 9);
   return out;
+}
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return {};
+  return name;
 }
 
 std::string lock_context(LockRef lock) { return "lock '" + std::string(lock.lock_name) + "'"; }
@@ -99,6 +110,7 @@ struct PostgresBackend::Impl {
   std::string redacted;
   std::vector<std::string> secrets;
   PostgresOptions options;
+  std::string host = this_host();  // stored with each grant, unless the request names one
   std::shared_ptr<ConnectionSource> pool;  // set: borrow per operation; else `own`
   std::optional<OwnSession> own;
 
@@ -254,9 +266,13 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
   return impl_->on_table<AcquireResult>(
       request.lock.table, "acquire " + lock_context(request.lock), Effect::write, request.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<AcquireResult> {
-        const std::vector<std::string> params{std::string(request.lock.lock_name), std::string(request.instance_id),
-                                              seconds_param(request.stale_threshold), token_param(request.token),
-                                              bound.lock_timeout_param()};
+        const HolderDetails& given = request.holder_details;
+        const std::vector<std::string> params{
+            std::string(request.lock.lock_name), std::string(request.instance_id),
+            seconds_param(request.stale_threshold), token_param(request.token), bound.lock_timeout_param(),
+            given.host.empty() ? impl_->host : std::string(given.host),
+            std::to_string(given.pid != 0 ? given.pid : static_cast<std::int64_t>(::getpid())),
+            given.command.empty() ? impl_->options.holder_command : std::string(given.command)};
         AcquireResult out;
         for (int attempt = 0; attempt < acquire_tries; ++attempt) {
           // Each try that lost changed nothing, so trying again is safe.

@@ -47,6 +47,41 @@ StatementFailure timed_out(std::string_view during, bool sent) {
   return StatementFailure{StatementFailure::Kind::timeout, {}, "timed out " + std::string(during), sent};
 }
 
+bool is_sqlstate(std::string_view text) {
+  return text.size() == 5 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z');
+         });
+}
+
+// Why a connection attempt failed. With PQERRORS_VERBOSE libpq writes a
+// server's refusal as "...failed: FATAL:  28P01: password authentication
+// failed ...\nLOCATION: ...": the SQLSTATE tells a refusal (wrong password,
+// no such database or role) from an unreachable server, whatever the
+// language of the messages. With several hosts the last answer counts.
+StatementFailure connect_failure(PGconn* c) {
+  if (PQconnectionNeedsPassword(c) != 0)
+    // libpq gave up before the server could decide: the same class as a
+    // wrong password (28000, invalid authorization), so never retried.
+    return {StatementFailure::Kind::server, "28000",
+            "the server asks for a password and none was given (password in the DSN, PGPASSWORD or ~/.pgpass)", false};
+  std::string text = trimmed(PQerrorMessage(c));
+  std::string state;
+  for (std::size_t at = text.find(":  "); at != std::string::npos; at = text.find(":  ", at + 1)) {
+    const std::size_t code = at + 3;
+    if (code + 7 <= text.size() && is_sqlstate(std::string_view(text).substr(code, 5)) && text.compare(code + 5, 2, ": ") == 0) {
+      state = text.substr(code, 5);
+      text.erase(code, 7);
+    }
+  }
+  // LOCATION lines name the server's source file: noise to a user.
+  for (std::size_t at = text.find("\nLOCATION:"); at != std::string::npos; at = text.find("\nLOCATION:")) {
+    const std::size_t end = text.find('\n', at + 1);
+    text.erase(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  if (state.empty()) return {StatementFailure::Kind::connection_lost, {}, std::move(text), false};
+  return {StatementFailure::Kind::server, std::move(state), std::move(text), false};
+}
+
 }  // namespace
 
 PqConnection::PqConnection(pg_conn* connection) noexcept
@@ -82,14 +117,13 @@ Outcome<PqConnection> PqConnection::open(const std::string& conninfo, Deadline d
     PQfinish(c);
     return tl::unexpected(std::move(f));
   };
-  if (PQstatus(c) == CONNECTION_BAD)
-    return fail({StatementFailure::Kind::connection_lost, {}, trimmed(PQerrorMessage(c)), false});
+  PQsetErrorVerbosity(c, PQERRORS_VERBOSE);  // before the first answer: see connect_failure()
+  if (PQstatus(c) == CONNECTION_BAD) return fail(connect_failure(c));
   // libpq's contract: start as if PQconnectPoll had asked to write. The socket
   // may change between polls (another address, SSL, GSS): read it every time.
   PostgresPollingStatusType status = PGRES_POLLING_WRITING;
   while (status != PGRES_POLLING_OK) {
-    if (status == PGRES_POLLING_FAILED)
-      return fail({StatementFailure::Kind::connection_lost, {}, trimmed(PQerrorMessage(c)), false});
+    if (status == PGRES_POLLING_FAILED) return fail(connect_failure(c));
     const Ready ready = wait_socket(PQsocket(c), status == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
     if (ready == Ready::timed_out) return fail(timed_out("while connecting", false));
     if (ready == Ready::failed)
@@ -99,6 +133,7 @@ Outcome<PqConnection> PqConnection::open(const std::string& conninfo, Deadline d
   // Never block in a send: a full socket buffer is waited for with the deadline.
   if (PQsetnonblocking(c, 1) != 0)
     return fail({StatementFailure::Kind::client, {}, trimmed(PQerrorMessage(c)), false});
+  PQsetErrorVerbosity(c, PQERRORS_DEFAULT);
   // Notices (say, "relation exists, skipping") would go to stderr.
   PQsetNoticeProcessor(c, ignore_notice, nullptr);
   return PqConnection(c);

@@ -24,12 +24,13 @@ std::string bare_table(std::string_view table) {
 std::string nextval(std::string_view table) { return "nextval('" + quote_parts(sequence_of(table)) + "')"; }
 
 // The columns a LockRow is read from, in its order. A seed-made row has no
-// token and no threshold: both read as 0.
+// token, threshold or holder details: they read as 0 or ''.
 constexpr std::string_view row_columns =
     "lock_name, instance_id, fence, "
     "(extract(epoch FROM acquired_at) * 1000000)::bigint, "
     "extract(epoch FROM now() - last_heartbeat)::float8, "
-    "coalesce(grant_token, 0), coalesce(holder_stale_s, 0)::float8";
+    "coalesce(grant_token, 0), coalesce(holder_stale_s, 0)::float8, "
+    "coalesce(holder_host, ''), coalesce(holder_pid, 0), coalesce(holder_command, '')";
 
 // The table's oid, computed by the server from the quoted name: every spelling
 // of one table gives one value. The name is validated, so it is a safe literal.
@@ -44,6 +45,9 @@ std::string channel_sql(std::string_view table, std::string_view hash_param) {
 // and the one its holder stored (NULL in a seed-made row: the reclaimer's).
 constexpr std::string_view stale_condition =
     "last_heartbeat < now() - greatest($3::float8, coalesce(holder_stale_s, 0)) * interval '1 second'";
+
+// The holder's details ($6 host, $7 pid, $8 command): NULL when not given.
+constexpr std::string_view holder_values = " nullif($6::text, ''), nullif($7::bigint, 0), nullif($8::text, '')";
 
 }  // namespace
 
@@ -71,7 +75,7 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v3");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v4");
   TableStatements s;
   s.table = std::string(table);
   // lock_timeout is read when a lock wait begins, so setting it inside the
@@ -98,15 +102,17 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
                " ins AS ("
                " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
-               " grant_token, holder_stale_s)"
-               " SELECT $1, 1, $2, now(), now(), " + nextval(table) + ", nullif($4::bigint, 0), $3::float8"
+               " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
+               " SELECT $1, 1, $2, now(), now(), " + nextval(table) + ", nullif($4::bigint, 0), $3::float8," +
+               std::string(holder_values) +
                " FROM (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)))"
                " AS serialized"
                " WHERE NOT EXISTS (SELECT 1 FROM cur)"
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
                " upd AS ("
                " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
-               " fence = " + nextval(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8"
+               " fence = " + nextval(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8,"
+               " (holder_host, holder_pid, holder_command) = (SELECT" + std::string(holder_values) + ")"
                " WHERE locked = 1 AND lock_name = $1 AND " + std::string(stale_condition) +
                " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) RETURNING fence)"
                " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age, c.token, c.stale"
@@ -185,14 +191,19 @@ std::string create_schema_sql(std::string_view table) {
          "  fence          BIGINT NOT NULL DEFAULT " + nextval(table) + ",\n"
          "  grant_token    BIGINT,\n"
          "  holder_stale_s DOUBLE PRECISION,\n"
+         "  holder_host    TEXT,\n"
+         "  holder_pid     BIGINT,\n"
+         "  holder_command TEXT,\n"
          "  CONSTRAINT " + uq + " UNIQUE (locked, lock_name),\n"
          "  CONSTRAINT " + chk + " CHECK (locked = 1)\n"
          ");\n"
          // A table made by the seed's DDL (or an older pgmutex): existing rows
-         // get fresh fences, and no token or threshold (NULL).
+         // get fresh fences, and no token, threshold or holder details (NULL).
          "DO $pgmutex$ BEGIN\n" +
          add_if_missing("fence", "BIGINT NOT NULL DEFAULT " + nextval(table)) +
          add_if_missing("grant_token", "BIGINT") + add_if_missing("holder_stale_s", "DOUBLE PRECISION") +
+         add_if_missing("holder_host", "TEXT") + add_if_missing("holder_pid", "BIGINT") +
+         add_if_missing("holder_command", "TEXT") +
          "END $pgmutex$;\n";
 }
 

@@ -253,6 +253,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     std::chrono::nanoseconds durable_heartbeat{};  // what a restart keeps of last_heartbeat
     std::chrono::nanoseconds last_heartbeat{};
     std::chrono::nanoseconds acquired_at{};
+    std::string holder_host;  // as the request gave them: the memory backend has no defaults
+    std::int64_t holder_pid = 0;
+    std::string holder_command;
   };
   struct StringHash {
     using is_transparent = void;
@@ -354,7 +357,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     if (last_table_ != nullptr && last_table_name_ == name) return last_table_;
     const auto it = tables_.find(name);
     if (it == tables_.end())
-      return fail(Errc::backend_error, "table '" + std::string(name) + "' does not exist (call create_schema)");
+      return fail(Errc::schema_missing, "table '" + std::string(name) + "' does not exist (call create_schema)");
     last_table_name_ = it->first;
     last_table_ = &it->second;
     return &it->second;
@@ -384,7 +387,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
 
   LockRow to_row(std::string_view name, const Row& row) const {
     return LockRow{std::string(name), row.instance_id, row.fence, wall(row.acquired_at), age_seconds(row),
-                   row.token, row.stale_threshold};
+                   row.token, row.stale_threshold, row.holder_host, row.holder_pid, row.holder_command};
   }
 
   mutable detail::LightMutex mutex_;  // held briefly: injected latency is waited before taking it
@@ -487,6 +490,9 @@ class MemoryBackend {
       row.fence = ++found->table->sequence;
       row.token = request.token;
       row.stale_threshold = request.stale_threshold;
+      row.holder_host.assign(request.holder_details.host);  // assign: reuses the row's capacity
+      row.holder_pid = request.holder_details.pid;
+      row.holder_command.assign(request.holder_details.command);
       row.last_heartbeat = row.acquired_at = row.durable_heartbeat = now;
       server_->flush();
       result.acquired = true;

@@ -38,6 +38,9 @@ struct PostgresOptions {
   // for an acquire or release that was sent); the server is told to give up
   // sooner (statement_timeout 3/4 of it, lock_timeout 1/2).
   std::chrono::nanoseconds default_timeout = std::chrono::seconds(10);
+  // Stored with each grant for `status` to show (what the holder runs), unless
+  // the request names one. The host and pid stored are this process's.
+  std::string holder_command = {};
 };
 
 // A source of connections the backend borrows instead of owning one: defined
