@@ -327,9 +327,10 @@ class BasicMutex {
         return {};
       }
       if (deleted.error() == Errc::backend_unavailable || deleted.error() == Errc::outcome_unknown) {
-        // Our row may still be there: found by its token at the next contact
-        // (adopted by an acquire, deleted when the mutex goes), not left to go stale.
-        if (detail::IoLock io(io_gate_); io) in_doubt_.push_back(key.token);
+        // Our row may still be there: deleted by its token at the next
+        // contact, not left to go stale. Never adopted again: a grant that was
+        // released keeps its fence to itself, and the next gets a higher one.
+        if (detail::IoLock io(io_gate_); io) unreleased_.push_back(key.token);
       }
       if (ended->was_lost && deleted.error() == Errc::lock_not_held)
         return fail(Errc::lock_not_held, context() + " was lost before release: " + book.lost_reason().message());
@@ -456,6 +457,8 @@ class BasicMutex {
           // Our own row, created by an earlier acquire whose reply was lost:
           // its lease counts from the row's last heartbeat, not from now.
           if (is_in_doubt(outcome->holder_token)) return adopt(outcome->fence, outcome->holder_token, sent, outcome->holder_age_s);
+          // Our own row, whose release failed: delete it, then try again.
+          if (is_unreleased(outcome->holder_token) && delete_ours(outcome->fence, outcome->holder_token)) continue;
           return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
         }
         if (outcome.error() != Errc::outcome_unknown)
@@ -519,6 +522,19 @@ class BasicMutex {
       else return 0;
     }
 
+    bool is_unreleased(GrantToken token) const noexcept {
+      return token != 0 && !unreleased_.empty() && std::ranges::find(unreleased_, token) != unreleased_.end();
+    }
+
+    // Called with io_gate_ held: deletes our row of a grant whose release
+    // failed. True if it is gone now.
+    bool delete_ours(Fence fence, GrantToken token) {
+      auto deleted = backend.release(HolderKey{lock_ref(), options.instance_id, fence, token, options.heartbeat_timeout});
+      if (!deleted && deleted.error() != Errc::lock_not_held) return false;
+      std::erase(unreleased_, token);
+      return true;
+    }
+
     bool is_in_doubt(GrantToken token) const noexcept {
       return token != 0 && !in_doubt_.empty() && std::ranges::find(in_doubt_, token) != in_doubt_.end();
     }
@@ -526,12 +542,15 @@ class BasicMutex {
     // Called with io_gate_ held: rows that acquires in doubt created after
     // all, found by their tokens and removed.
     void clean_up_rows_in_doubt() noexcept {
-      if (in_doubt_.empty()) return;
+      if (in_doubt_.empty() && unreleased_.empty()) return;
       auto row = backend.inspect(lock_ref());
-      if (row && *row && is_in_doubt((*row)->token))
+      if (row && *row && (is_in_doubt((*row)->token) || is_unreleased((*row)->token)))
         (void)backend.release(HolderKey{lock_ref(), options.instance_id, (*row)->fence, (*row)->token,
                                         options.heartbeat_timeout});
-      if (row) in_doubt_.clear();
+      if (row) {
+        in_doubt_.clear();
+        unreleased_.clear();
+      }
     }
 
     // A fresh random token for each attempt: never 0 (0 is "no token").
@@ -649,7 +668,8 @@ class BasicMutex {
     // Serializes statements: a backend connection never serves two threads.
     // Held across I/O, so the book, the wake-ups and the guard never take it.
     detail::IoGate io_gate_;
-    std::vector<GrantToken> in_doubt_;  // tokens of acquires whose outcome is unknown (io_gate_)
+    std::vector<GrantToken> in_doubt_;    // tokens of acquires whose outcome is unknown (io_gate_)
+    std::vector<GrantToken> unreleased_;  // tokens of grants whose release failed (io_gate_)
     std::uint64_t token_state_;         // (io_gate_)
     std::string alerted_holder_;        // (io_gate_)
     Fence alerted_fence_ = -1;          // (io_gate_)

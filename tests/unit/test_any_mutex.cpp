@@ -212,12 +212,12 @@ TEMPLATE_TEST_CASE("backend errors come through AnyMutex with the lock's name", 
   Simulation sim;
   AnyMutex m = sim.instance(opts("a"));  // no create_schema: the table does not exist
   for (const Error& error : {error_of(Form::try_acquire(m)), error_of(Form::acquire(m, 1min))}) {
-    CHECK(error == Errc::backend_error);
+    CHECK(error == Errc::schema_missing);
     CHECK_THAT(error.detail, Catch::Contains("lock 'nightly-report-job'") && Catch::Contains("create_schema"));
   }
-  CHECK(error_of(Form::inspect(m)) == Errc::backend_error);
-  CHECK(error_of(Form::lock(m)) == Errc::backend_error);
-  CHECK(error_of(Form::try_lock(m)) == Errc::backend_error);
+  CHECK(error_of(Form::inspect(m)) == Errc::schema_missing);
+  CHECK(error_of(Form::lock(m)) == Errc::schema_missing);
+  CHECK(error_of(Form::try_lock(m)) == Errc::schema_missing);
   REQUIRE(Form::create_schema(m));
   CHECK(Form::try_acquire(m));
 }

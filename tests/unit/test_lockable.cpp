@@ -139,14 +139,14 @@ TEST_CASE("try_lock: false when held elsewhere, true when free, both forms", "[l
 
 TEST_CASE("lock() and try_lock() throw on backend errors", "[lockable][errors]") {
   Simulation sim;
-  auto m = sim.instance(opts("a"));  // no create_schema: every statement fails with backend_error
+  auto m = sim.instance(opts("a"));  // no create_schema: every statement fails with schema_missing
   auto tried = m.try_lock(nothrow);
   REQUIRE_FALSE(tried);
-  CHECK(tried.error() == Errc::backend_error);
+  CHECK(tried.error() == Errc::schema_missing);
   CHECK_THROWS_AS(m.try_lock(), BackendError);
   auto locked = m.lock(nothrow);
   REQUIRE_FALSE(locked);
-  CHECK(locked.error() == Errc::backend_error);
+  CHECK(locked.error() == Errc::schema_missing);
   CHECK_THROWS_AS(m.lock(), BackendError);
   CHECK(m.lock_guard() == nullptr);
 }
