@@ -17,30 +17,8 @@ namespace {
 
 // The names the snippets assume.
 void run_the_job(pgmutex::Fence, std::stop_token = {}) {}
-struct Report {};
-Report build_report(std::stop_token) { return {}; }
-void publish(const Report&) {}
 int report(int day, std::stop_token) { return day; }
 void report_error(const std::string& text) { std::fputs(text.c_str(), stderr); }
-
-void quickstart() {
-  pgmutex::Mutex mutex(pgmutex::PostgresBackend("postgres://user:pass@host/db"),
-                       pgmutex::Options{.lock_name = "nightly-report-job"});
-  mutex.create_schema();  // creates the mutex_lock table if it doesn't exist; idempotent
-
-  if (auto guard = mutex.try_acquire()) {          // one try; false if another instance holds it
-    run_the_job(guard.fence(), guard.stop_token()); // heartbeats run in the background meanwhile
-  } else {
-    std::puts("another instance is running the job");
-  }                                                 // released here
-}
-
-void waiting_and_singleton(pgmutex::Mutex& mutex) {
-  if (auto guard = mutex.acquire(30s)) run_the_job(guard.fence(), guard.stop_token());
-
-  auto report = mutex.singleton([](std::stop_token lost) { return build_report(lost); });
-  if (std::optional<Report> r = report()) publish(*r);  // std::nullopt: another instance had the lock
-}
 
 void two_forms(pgmutex::Mutex& mutex) {
   auto guard = mutex.try_acquire();                      // throws on backend errors
@@ -109,9 +87,7 @@ void with_a_pool(MyPool& pool) {
 int main(int argc, char**) {
   // Compiled, not run: reaching these would connect to the made-up hosts above.
   if (argc > 100) {
-    quickstart();
     pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "job"});
-    waiting_and_singleton(mutex);
     two_forms(mutex);
     singleton_with_arguments(mutex);
     with_metrics(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "job"});
