@@ -413,22 +413,30 @@ class BasicMutex {
     struct Attempt {
       enum class Kind : unsigned char { won, taken, failed };
       Kind kind;
-      bool alert = false;
+      bool alert;
       Fence fence;
-      GrantToken token = 0;
-      time_point sent{};
-      double age_s = 0;
-      std::uint64_t session = 0;  // won: the server session that granted it
-      std::string who;            // won by reclaim: the previous holder; taken: the holder
+      GrantToken token;
+      time_point sent;
+      double age_s;
+      std::uint64_t session;       // won: the server session that granted it
+      std::string who;             // won by reclaim: the previous holder; taken: the holder
       std::optional<Error> error;  // failed: why
 
       static Attempt won(Fence f, GrantToken t, time_point at, std::uint64_t session, std::string previous = {}) {
-        return Attempt{Kind::won, false, f, t, at, 0, session, std::move(previous), std::nullopt};
+        return Attempt(Kind::won, false, f, t, at, 0, session, std::move(previous), std::nullopt);
       }
       static Attempt taken(std::string holder, Fence f, double age, bool alert) {
-        return Attempt{Kind::taken, alert, f, 0, {}, age, 0, std::move(holder), std::nullopt};
+        return Attempt(Kind::taken, alert, f, 0, {}, age, 0, std::move(holder), std::nullopt);
       }
-      static Attempt failed(Error e) { return Attempt{Kind::failed, false, 0, 0, {}, 0, 0, {}, std::move(e)}; }
+      static Attempt failed(Error e) { return Attempt(Kind::failed, false, 0, 0, {}, 0, 0, {}, std::move(e)); }
+
+     private:
+      // A constructor, not aggregate initialization: GCC clears a whole
+      // aggregate (padding included) with `rep stos` before filling it in.
+      Attempt(Kind k, bool a, Fence f, GrantToken t, time_point at, double age, std::uint64_t s, std::string w,
+              std::optional<Error> e)
+          : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), session(s), who(std::move(w)),
+            error(std::move(e)) {}
     };
 
     Attempt locked_attempt() {

@@ -375,7 +375,11 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     row.last_heartbeat = now();
   }
   // Called with mutex_ held: a synchronous commit flushes every earlier one.
-  void flush() { last_flush_ = now(); }
+  // Only asynchronous heartbeats need the time of it: no clock read otherwise.
+  void flush() {
+    if (flush_delay_ > std::chrono::nanoseconds::zero()) [[unlikely]]
+      last_flush_ = now();
+  }
 
   std::chrono::system_clock::time_point wall(std::chrono::nanoseconds server_time) const {
     return epoch_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(server_time);
@@ -490,9 +494,11 @@ class MemoryBackend {
       row.fence = ++found->table->sequence;
       row.token = request.token;
       row.stale_threshold = request.stale_threshold;
-      row.holder_host.assign(request.holder_details.host);  // assign: reuses the row's capacity
+      // Assigned only when they differ: the same holder acquiring again copies nothing.
+      if (!detail::same_text(row.holder_host, request.holder_details.host)) row.holder_host.assign(request.holder_details.host);
       row.holder_pid = request.holder_details.pid;
-      row.holder_command.assign(request.holder_details.command);
+      if (!detail::same_text(row.holder_command, request.holder_details.command))
+        row.holder_command.assign(request.holder_details.command);
       row.last_heartbeat = row.acquired_at = row.durable_heartbeat = now;
       server_->flush();
       result.acquired = true;
