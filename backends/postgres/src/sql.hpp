@@ -18,7 +18,7 @@ struct Statement {
 // "token" is the grant token bit-cast to int64 (0: none, stored as NULL).
 struct TableStatements {
   std::string table;  // as the user wrote it (validated)
-  Statement acquire;         // $1 lock_name, $2 instance_id, $3 stale seconds (float8), $4 token, $5 lock_timeout
+  Statement acquire;         // $1 lock_name, $2 instance_id, $3 stale seconds (float8), $4 token, $5 lock_timeout, $6 host, $7 pid, $8 command
   Statement heartbeat;       // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock_timeout
   Statement release;         // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock hash, $6 lock_timeout
   Statement inspect;         // $1 lock_name
