@@ -47,6 +47,9 @@ class Supervision {
     reap_children([this](pid_t pid, int status) {
       if (pid == child_.pid()) {
         child_.record_exit(status);
+        // From a terminal the guard's target is the command's own pid, which
+        // is free for reuse once reaped: the guard must never kill it now.
+        if (!child_.own_process_group()) guardian_.disarm();
       } else if (pid == guardian_.pid() && !guardian_.exited()) {
         guardian_.record_exit();
         if (events_.guardian_died) events_.guardian_died();
