@@ -38,10 +38,9 @@ void std_mutex_lock_unlock(benchmark::State& state) {
 }
 BENCHMARK(std_mutex_lock_unlock);
 
-template <class M>
-void try_acquire_release(benchmark::State& state) {
-  Simulation sim;
-  auto mutex = sim.instance(Options{.lock_name = "bench", .instance_id = "a"}, M{});
+// One try_acquire() + release() per iteration, through any mutex type.
+template <class Mutex>
+void cycle(benchmark::State& state, Mutex& mutex) {
   mutex.create_schema();
   for (auto _ : state) {
     auto guard = mutex.try_acquire(nothrow);
@@ -49,6 +48,12 @@ void try_acquire_release(benchmark::State& state) {
     benchmark::DoNotOptimize(guard->fence());
     if (!guard->release(nothrow)) state.SkipWithError("not released");
   }
+}
+template <class M>
+void try_acquire_release(benchmark::State& state) {
+  Simulation sim;
+  auto mutex = sim.instance(Options{.lock_name = "bench", .instance_id = "a"}, M{});
+  cycle(state, mutex);
 }
 BENCHMARK(try_acquire_release<NoMetrics>)->Name("memory_try_acquire_release/NoMetrics");
 BENCHMARK(try_acquire_release<NoopMetrics>)->Name("memory_try_acquire_release/NoopMetrics");
@@ -58,13 +63,7 @@ BENCHMARK(try_acquire_release<NoopMetrics>)->Name("memory_try_acquire_release/No
 void any_mutex_try_acquire_release(benchmark::State& state) {
   Simulation sim;
   AnyMutex mutex = sim.instance(Options{.lock_name = "bench", .instance_id = "a"});
-  mutex.create_schema();
-  for (auto _ : state) {
-    auto guard = mutex.try_acquire(nothrow);
-    if (!guard || !*guard) state.SkipWithError("not acquired");
-    benchmark::DoNotOptimize(guard->fence());
-    if (!guard->release(nothrow)) state.SkipWithError("not released");
-  }
+  cycle(state, mutex);
 }
 BENCHMARK(any_mutex_try_acquire_release)->Name("memory_try_acquire_release/AnyMutex");
 

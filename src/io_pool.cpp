@@ -21,7 +21,6 @@ class IoPool {
       return;
     }
     // Every thread is busy (or about to take a queued task): one more.
-    ++threads_;
     lock.unlock();
     std::thread([this] { run(); }).detach();
   }
@@ -35,10 +34,7 @@ class IoPool {
       ++idle_;
       const bool got = work_.wait_for(lock, idle_life, [&] { return !queue_.empty(); });
       --idle_;
-      if (!got) {
-        --threads_;
-        return;
-      }
+      if (!got) return;
       Task task = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -56,7 +52,6 @@ class IoPool {
   std::condition_variable work_;
   std::deque<Task> queue_;
   std::size_t idle_ = 0;
-  std::size_t threads_ = 0;
 };
 
 // Leaked on purpose, like the timer thread: detached threads use it until the process ends.

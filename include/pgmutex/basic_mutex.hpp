@@ -359,9 +359,10 @@ class BasicMutex {
     // a wake-up that is running; it may have posted a task, which holds its
     // own reference.
     // Posted tasks that have not started yet find it closed and do nothing;
-    // running ones (a statement, bounded by its timeout) are waited for,
-    // unless this is one of them, so that no hook or statement of this mutex
-    // runs after its last owner went.
+    // running ones are waited for, unless this is one of them, so that no
+    // hook or statement of this mutex runs after its last owner went. A
+    // heartbeat is bounded by its timeout; a stop callback or hook is the
+    // user's, waited for as std::stop_callback's destructor waits for one.
     void close() noexcept {
       std::vector<Wakeup> pending;
       {

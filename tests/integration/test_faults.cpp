@@ -78,6 +78,28 @@ TEST_CASE("pg_terminate_backend on the holder's connection: it reconnects, keeps
   }
 }
 
+TEST_CASE("a reconnect after pg_terminate_backend shows as a new server session", "[faults][terminate][session]") {
+  // Asynchronous heartbeats are confirmed only within one session: the
+  // backend must report a new one once its connection was replaced.
+  const std::string table = fresh_table("session");
+  const std::string app = "session_" + std::to_string(::getpid());
+  PostgresBackend b("application_name=" + app);
+  REQUIRE(b.create_schema(table));
+  auto won = b.try_acquire(pgmutex::AcquireRequest{pgmutex::LockRef{table, "job"}, "holder", 600s, 31, 5s});
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  const pgmutex::HolderKey key{pgmutex::LockRef{table, "job"}, "holder", won->fence, 31, 5s};
+  REQUIRE(b.heartbeat(key));
+  const std::uint64_t first = b.session();
+  REQUIRE(b.heartbeat(key));
+  CHECK(b.session() == first);  // the same connection: the same session
+
+  terminate_sessions_of(app);
+  REQUIRE(b.heartbeat(key));  // retried on a fresh connection
+  CHECK(b.session() != first);
+  CHECK(b.release(key));
+}
+
 TEST_CASE("Postgres restarted while a lock is held: the lock survives and heartbeats resume", "[faults][restart]") {
   const Server s = server();
   const std::string table = fresh_table("restart");
