@@ -10,6 +10,8 @@
 //   [sync]   synchronous replication: the grant survives, the holder keeps
 //            the lock across the failover, and even the bare sequence goes on.
 // Each run fails over once: run one tag per server pair (meson does).
+#include <unistd.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -121,6 +123,40 @@ TEST_CASE("server identity: system identifier and the timeline WAL is written on
   const std::string sysid = admin("SELECT system_identifier::text FROM pg_control_system()")[0][0].as<std::string>();
   CHECK(identity == sysid + "/00000001");
   CHECK(probe.history() == 0);
+}
+
+TEST_CASE("a role that may not read pg_control_system(): identity unknown, every reconnect a new history",
+          "[failover][identity]") {
+  // Conservative: a backend that cannot tell whether the server is the same
+  // one takes every new connection for a possible failover. Fences need no
+  // such privilege (pg_walfile_name and pg_current_wal_lsn are PUBLIC).
+  const Server s = server();
+  const std::string app = "unknown_identity_" + std::to_string(::getpid());
+  const std::string table = fresh_table("identity");
+  admin("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC");
+  struct Restore {
+    ~Restore() { admin("GRANT EXECUTE ON FUNCTION pg_control_system() TO PUBLIC"); }
+  } restore;
+  PostgresBackend b("host=" + s.tcp_host + " port=" + s.port + " dbname=" + s.database + " user=" + s.password_role +
+                        " password=" + s.password + " application_name=" + app,
+                    quick_reconnects());
+  REQUIRE(b.create_schema(table));
+  CHECK(b.server_identity().empty());
+  CHECK(b.history() == 0);
+  auto won = b.try_acquire(pgmutex::AcquireRequest{pgmutex::LockRef{table, "job"}, "holder", 600s, 5, 5s});
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  const pgmutex::HolderKey key{pgmutex::LockRef{table, "job"}, "holder", won->fence, 5, 5s};
+  REQUIRE(b.heartbeat(key));
+  CHECK(b.history() == 0);
+
+  admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" + app + "'");
+  REQUIRE(eventually([&] {
+    return admin("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'")[0][0].as<int>() == 0;
+  }));
+  REQUIRE(b.heartbeat(key));  // on a fresh connection: a new history, as the server would not say who it is
+  CHECK(b.history() == 1);
+  REQUIRE(b.release(key));
 }
 
 TEST_CASE("asynchronous replication: a vanished grant is lost, a replicated one kept, fences go on rising",
