@@ -69,3 +69,41 @@ TEST_CASE("a heartbeat in a new server history restarts the lease from itself", 
     CHECK(h.book.lost_reason() == Errc::lease_lost);
   }
 }
+
+// The same through SimMutex, on MemoryServer's simulated failover.
+#include "pgmutex/testing/recording_metrics.hpp"
+#include "pgmutex/testing/simulation.hpp"
+
+TEST_CASE("simulated failover: a grant the standby lacks is lost at the next heartbeat, fences go on rising",
+          "[grant_book][failover]") {
+  using namespace pgmutex;
+  using namespace pgmutex::testing;
+  Simulation sim;
+  RecordingMetrics record_a;
+  auto a = sim.instance(Options{.lock_name = "job", .instance_id = "a"}, record_a);
+  auto b = sim.instance(Options{.lock_name = "job", .instance_id = "b"});
+  auto c = sim.instance(Options{.lock_name = "other", .instance_id = "c"});
+  a.create_schema();
+  auto kept = c.try_acquire();
+  REQUIRE(kept);
+  sim.server().replicate();  // the standby has c's grant, not a's
+  auto ga = a.try_acquire();
+  REQUIRE(ga);
+  REQUIRE(ga.fence() == 2);
+  sim.advance(30s);
+  sim.server().fail_over();
+
+  sim.advance(11s);  // a heartbeat fails with the connection, the retry finds no row
+  CHECK(ga.lost());
+  REQUIRE(record_a.count("lost") == 1);
+  CHECK_THAT(record_a.events("lost")[0].other, Catch::Contains("row gone"));
+  CHECK_FALSE(kept.lost());  // c's grant was replicated: its heartbeat proves it on the new server
+
+  auto gb = b.try_acquire();
+  REQUIRE(gb);
+  CHECK(gb.fence() > ga.fence());
+  CHECK(gb.fence() == (Fence{1} << 40) + 2);  // the sequence went back to 1; the history term lifts it
+  sim.advance(10min);
+  CHECK_FALSE(kept.lost());
+  CHECK(gb);
+}

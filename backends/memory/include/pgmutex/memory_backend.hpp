@@ -216,6 +216,40 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     rearm();
   }
 
+  // A standby, for failover tests: replicate() copies every table as it is
+  // now (grants, heartbeats, the fence sequence); fail_over() promotes that
+  // copy. Everything since the last replicate() is lost, as with
+  // asynchronous replication; the server history changes (see
+  // BackendReportsHistory), fences from then on exceed every earlier one
+  // (the sequence plus history << 40, as PostgresBackend's timeline term),
+  // and the next operation fails as its connection did.
+  void replicate() {
+    detail::LightLock lock(mutex_);
+    standby_.clear();
+    for (const auto& [name, table] : tables_) standby_.emplace(name, table);
+  }
+  void fail_over() {
+    detail::LightLock lock(mutex_);
+    // Rows are restored in place: backends keep pointers to them.
+    for (auto& [name, table] : tables_) {
+      const auto copy = standby_.find(name);
+      table.sequence = copy == standby_.end() ? 0 : copy->second.sequence;
+      for (auto& [lock_name, row] : table.rows) {
+        const Row* copied = nullptr;
+        if (copy != standby_.end())
+          if (const auto r = copy->second.rows.find(lock_name); r != copy->second.rows.end()) copied = &r->second;
+        if (copied != nullptr) row = *copied;
+        else row.present = false;
+      }
+    }
+    ++history_;
+    ++restarts_;
+    last_flush_ = now();
+    fail_next_ = std::max(fail_next_, 1);
+    fail_with_ = Errc::backend_unavailable;
+    rearm();
+  }
+
   // Moves the server clock relative to the clients' clocks (clock skew).
   void set_server_offset(std::chrono::nanoseconds offset) {
     detail::LightLock lock(mutex_);
@@ -412,6 +446,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
   std::chrono::nanoseconds last_flush_{};
   std::uint64_t restarts_ = 0;
+  std::uint64_t history_ = 0;  // fail_over()s so far
+  std::unordered_map<std::string, Table, StringHash, std::equal_to<>> standby_;  // replicate()'s copy
   std::set<std::string, std::less<>> dropped_;
   std::set<std::string, std::less<>> partitioned_;
   // Hung connections: their own std::mutex, since a real-time hang waits on a condition variable.
@@ -440,6 +476,12 @@ class MemoryBackend {
   [[nodiscard]] std::uint64_t session() const noexcept {
     detail::LightLock lock(server_->mutex_);
     return server_->restarts_;
+  }
+
+  // The server history: another after each MemoryServer::fail_over().
+  [[nodiscard]] std::uint64_t history() const noexcept {
+    detail::LightLock lock(server_->mutex_);
+    return server_->history_;
   }
 
   // The timeout of statements that carry none (inspect, list, force_release)
@@ -491,7 +533,7 @@ class MemoryBackend {
       }
       row.present = true;
       if (!detail::same_text(row.instance_id, request.instance_id)) row.instance_id.assign(request.instance_id);
-      row.fence = ++found->table->sequence;
+      row.fence = ++found->table->sequence + static_cast<Fence>(server_->history_ << 40);
       row.token = request.token;
       row.stale_threshold = request.stale_threshold;
       // Assigned only when they differ: the same holder acquiring again copies nothing.
@@ -509,7 +551,14 @@ class MemoryBackend {
   }
 
   Result<void> heartbeat(const HolderKey& key) noexcept {
-    return on_holder_row(key, [&](MemoryServer::Row& row) { server_->beat(row); });
+    return on_holder_row(key, [&](MemoryServer::Row& row) {
+      server_->beat(row);
+      // The first heartbeat after a failover is durable (BackendReportsHistory).
+      if (beat_history_ != server_->history_) {
+        row.durable_heartbeat = row.last_heartbeat;
+        beat_history_ = server_->history_;
+      }
+    });
   }
 
   Result<void> release(const HolderKey& key) noexcept {
@@ -638,11 +687,13 @@ class MemoryBackend {
   std::string cached_table_;
   std::string cached_lock_;
   Place cached_;
+  std::uint64_t beat_history_ = 0;  // the server history of this connection's last heartbeat
 };
 
 static_assert(Backend<MemoryBackend>);
 static_assert(BackendBatchesHeartbeats<MemoryBackend>);
 static_assert(BackendReportsCommitMode<MemoryBackend>);
 static_assert(BackendReportsSession<MemoryBackend>);
+static_assert(BackendReportsHistory<MemoryBackend>);
 
 }  // namespace pgmutex
