@@ -286,7 +286,7 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   REQUIRE(row->has_value());
   CHECK((*row)->instance_id == "holder");
   CHECK((*row)->fence == fence);
-  CHECK((*row)->seconds_since_heartbeat < 5.0);
+  CHECK((*row)->seconds_since_heartbeat < 30.0);  // not stale on the new primary
   CHECK(probe.history() == 1);
   CHECK(identity_before.ends_with("/00000001"));
   CHECK(probe.server_identity().ends_with("/00000002"));
