@@ -157,6 +157,20 @@ concept BackendReportsSession = requires(const B& b) {
   { b.session() } noexcept -> std::same_as<std::uint64_t>;
 };
 
+// The server history the last operation ran on, as a number that changes
+// when the server's history may have diverged from what earlier operations
+// saw: a failover to a promoted standby (Postgres: a new timeline), another
+// cluster (another system identifier). Commits the earlier server
+// acknowledged, durable ones included, may be missing there (asynchronous
+// replication), so a heartbeat acknowledged before the change proves nothing
+// after it. The contract: the first heartbeat a backend acknowledges in a
+// new history is durable there (committed synchronously), so that the mutex
+// counts the lease from it alone. Absent: the history never changes.
+template <class B>
+concept BackendReportsHistory = requires(const B& b) {
+  { b.history() } noexcept -> std::same_as<std::uint64_t>;
+};
+
 // Heartbeat many grants in one statement; element i is false if key i is no longer held.
 template <class B>
 concept BackendBatchesHeartbeats = requires(B& b, std::span<const HolderKey> keys) {

@@ -419,22 +419,22 @@ class BasicMutex {
       GrantToken token;
       time_point sent;
       double age_s;
-      std::uint64_t session;       // won: the server session that granted it
+      detail::ServerSession session;  // won: the server session that granted it
       std::string who;             // won by reclaim: the previous holder; taken: the holder
       std::optional<Error> error;  // failed: why
 
-      static Attempt won(Fence f, GrantToken t, time_point at, std::uint64_t session, std::string previous = {}) {
+      static Attempt won(Fence f, GrantToken t, time_point at, detail::ServerSession session, std::string previous = {}) {
         return Attempt(Kind::won, false, f, t, at, 0, session, std::move(previous), std::nullopt);
       }
       static Attempt taken(std::string holder, Fence f, double age, bool alert) {
-        return Attempt(Kind::taken, alert, f, 0, {}, age, 0, std::move(holder), std::nullopt);
+        return Attempt(Kind::taken, alert, f, 0, {}, age, {}, std::move(holder), std::nullopt);
       }
-      static Attempt failed(Error e) { return Attempt(Kind::failed, false, 0, 0, {}, 0, 0, {}, std::move(e)); }
+      static Attempt failed(Error e) { return Attempt(Kind::failed, false, 0, 0, {}, 0, {}, {}, std::move(e)); }
 
      private:
       // A constructor, not aggregate initialization: GCC clears a whole
       // aggregate (padding included) with `rep stos` before filling it in.
-      Attempt(Kind k, bool a, Fence f, GrantToken t, time_point at, double age, std::uint64_t s, std::string w,
+      Attempt(Kind k, bool a, Fence f, GrantToken t, time_point at, double age, detail::ServerSession s, std::string w,
               std::optional<Error> e)
           : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), session(s), who(std::move(w)),
             error(std::move(e)) {}
@@ -525,10 +525,12 @@ class BasicMutex {
       return guard_type(this, generation, a.fence);
     }
 
-    // Called with io_gate_ held: the server session of the last statement.
-    std::uint64_t session_of_last() const noexcept {
-      if constexpr (BackendReportsSession<B>) return backend.session();
-      else return 0;
+    // Called with io_gate_ held: the server session and history of the last statement.
+    detail::ServerSession session_of_last() const noexcept {
+      detail::ServerSession at;
+      if constexpr (BackendReportsSession<B>) at.session = backend.session();
+      if constexpr (BackendReportsHistory<B>) at.history = backend.history();
+      return at;
     }
 
     bool is_unreleased(GrantToken token) const noexcept {
@@ -580,7 +582,7 @@ class BasicMutex {
     // into the book, and loss is announced once no lock is held.
     Result<void> beat(const typename Book::Grant& g, bool automatic) {
       Result<void> answer;
-      std::uint64_t session = 0;
+      detail::ServerSession session;
       time_point sent = clock.now();
       if (detail::IoLock io(io_gate_); !io) [[unlikely]] {
         answer = reentered();

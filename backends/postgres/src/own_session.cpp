@@ -69,6 +69,12 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
     const Deadline connect_by = std::min(deadline, std::chrono::steady_clock::now() + options_.connect_timeout);
     auto opened = PqConnection::open(conninfo_, connect_by);
     if (opened) {
+      // Which server this is: a failover to a standby (a new timeline) or
+      // another cluster shows as a new history.
+      if (auto identified = history_.on_connect(*opened, deadline); !identified) {
+        last = identified.error().message;
+        continue;
+      }
       connection_.emplace(std::move(*opened));
       ++connects_;
       return {};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pgmutex/postgres_backend.hpp"
+#include "server_history.hpp"
 #include "session.hpp"
 
 namespace pgmutex::postgres_detail {
@@ -25,6 +26,8 @@ class OwnSession final : public Session {
   void drop() noexcept;
   // How many connections were opened: a new one may follow a server restart.
   [[nodiscard]] std::uint64_t connects() const noexcept { return connects_; }
+  // Which server history the connections reached (a failover shows here).
+  [[nodiscard]] ServerHistory& history() noexcept { return history_; }
 
   Outcome<Rows> run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
@@ -43,6 +46,7 @@ class OwnSession final : public Session {
   PostgresOptions options_;
   std::optional<PqConnection> connection_;
   std::uint64_t connects_ = 0;
+  ServerHistory history_;
   std::unordered_set<std::string> prepared_;
   std::map<std::string, std::string, std::less<>> oids_;
   std::set<std::string, std::less<>> listening_;

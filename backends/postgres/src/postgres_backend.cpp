@@ -116,6 +116,7 @@ struct PostgresBackend::Impl {
 
   std::mutex mutex;  // one operation at a time: a connection never serves two threads at once
   std::uint64_t last_session = 0;  // the server session the last operation ran on (see session())
+  std::uint64_t last_history = 0;  // the server history the last operation ran on (see history())
   std::map<std::string, TableStatements, std::less<>> tables;
 
   Result<const TableStatements*> statements(std::string_view table) {
@@ -150,6 +151,7 @@ struct PostgresBackend::Impl {
             return tl::unexpected(std::move(connected.error()));
           outcome = body(*own, bound);
           last_session = own->connects() << 1;
+          last_history = own->history().history();
           if (!outcome && connection_gone(outcome.error())) own->drop();
         }
         if (outcome) {
@@ -303,11 +305,16 @@ Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
   auto changed = impl_->on_table<long>(
       key.lock.table, "heartbeat " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<long> {
-        auto rows = session.run(st.heartbeat,
+        // After a failover the first heartbeat commits synchronously: the
+        // mutex counts the lease from it alone (BackendReportsHistory).
+        ServerHistory* history = impl_->own ? &impl_->own->history() : nullptr;
+        const bool durable = history != nullptr && history->durable_heartbeat_due();
+        auto rows = session.run(durable ? st.heartbeat_durable : st.heartbeat,
                                 {std::string(key.lock.lock_name), std::string(key.instance_id),
                                  std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param()},
                                 bound);
         if (!rows) return tl::unexpected(std::move(rows.error()));
+        if (durable) history->durable_heartbeat_done();
         return rows->affected;
       });
   if (!changed) return tl::unexpected(std::move(changed.error()));
@@ -458,7 +465,20 @@ std::uint64_t PostgresBackend::session() const noexcept {
 }
 
 static_assert(Backend<PostgresBackend>);
+std::uint64_t PostgresBackend::history() const noexcept {
+  if (!impl_) return 0;
+  std::lock_guard lock(impl_->mutex);
+  return impl_->last_history;
+}
+
+std::string PostgresBackend::server_identity() const {
+  if (!impl_ || !impl_->own) return {};
+  std::lock_guard lock(impl_->mutex);
+  return impl_->own->history().identity();
+}
+
 static_assert(BackendReportsSession<PostgresBackend>);
+static_assert(BackendReportsHistory<PostgresBackend>);
 static_assert(BackendWaitsForRelease<PostgresBackend>);
 static_assert(BackendBatchesHeartbeats<PostgresBackend>);
 static_assert(BackendReportsCommitMode<PostgresBackend>);

@@ -23,6 +23,19 @@ std::string bare_table(std::string_view table) {
 // nextval('"schema"."t_fence_seq"'): the identifier is validated ([A-Za-z0-9_]), so it is a safe literal.
 std::string nextval(std::string_view table) { return "nextval('" + quote_parts(sequence_of(table)) + "')"; }
 
+// A grant's fence: the sequence's next value plus (timeline - 1) << 40.
+// With asynchronous replication a promoted standby may lack the sequence's
+// newest WAL and hand out values the old primary already gave (measured: 34
+// after 101); its timeline is higher, so every fence it grants is higher
+// than any fence of an earlier timeline, as long as the sequence stays below
+// 2^40. On timeline 1 the fence is the sequence's value, as before. The
+// timeline is the one WAL is written on now (pg_control_checkpoint() lags
+// after a promotion). Needs only USAGE on the sequence: no setval.
+std::string fence_value(std::string_view table) {
+  return "(" + nextval(table) +
+         " + ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 40))";
+}
+
 // The columns a LockRow is read from, in its order. A seed-made row has no
 // token, threshold or holder details: they read as 0 or ''.
 constexpr std::string_view row_columns =
@@ -75,7 +88,7 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v4");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v5");
   TableStatements s;
   s.table = std::string(table);
   // lock_timeout is read when a lock wait begins, so setting it inside the
@@ -103,7 +116,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " ins AS ("
                " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
                " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
-               " SELECT $1, 1, $2, now(), now(), " + nextval(table) + ", nullif($4::bigint, 0), $3::float8," +
+               " SELECT $1, 1, $2, now(), now(), " + fence_value(table) + ", nullif($4::bigint, 0), $3::float8," +
                std::string(holder_values) +
                " FROM (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)))"
                " AS serialized"
@@ -111,7 +124,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
                " upd AS ("
                " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
-               " fence = " + nextval(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8,"
+               " fence = " + fence_value(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8,"
                " (holder_host, holder_pid, holder_command) = (SELECT" + std::string(holder_values) + ")"
                " WHERE locked = 1 AND lock_name = $1 AND " + std::string(stale_condition) +
                " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) RETURNING fence)"
@@ -133,6 +146,14 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                  "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + async_commit +
                      ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
                      " AND coalesce(grant_token, 0) = $4::bigint"};
+
+  // Raised to a synchronous commit for this statement only, as the acquire does.
+  s.heartbeat_durable = {"pgmutex_heartbeat_durable" + suffix,
+                         "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") +
+                             ", set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
+                             " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
+                             ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
+                             " AND coalesce(grant_token, 0) = $4::bigint"};
 
   s.heartbeat_many = {"pgmutex_heartbeat_many" + suffix,
                       "UPDATE " + t + " AS t SET last_heartbeat = now()" +

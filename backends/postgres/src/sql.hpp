@@ -25,6 +25,7 @@ struct TableStatements {
   Statement list;            // no parameters
   Statement force_release;   // $1 lock_name, $2 lock hash, $3 lock_timeout
   Statement heartbeat_many;  // $1 lock_name[], $2 instance_id[], $3 fence[], $4 token[], $5 lock_timeout
+  Statement heartbeat_durable;  // as heartbeat, always committed synchronously (the first after a failover)
 };
 
 // `table` must have passed validate_table_name.

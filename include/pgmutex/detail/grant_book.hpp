@@ -28,6 +28,14 @@ struct LostNotice {
   Error reason;
 };
 
+// Where a statement was answered: the server session (another after a
+// reconnect or a restart) and the server history (another after a failover
+// to a standby, or on another cluster: see BackendReportsHistory).
+struct ServerSession {
+  std::uint64_t session = 0;
+  std::uint64_t history = 0;
+};
+
 template <class TimePoint>
 class GrantBook {
  public:
@@ -120,10 +128,11 @@ class GrantBook {
 
   // A new grant whose lease counts from `sent` (when the server stamped the
   // row, on our clock, never later). Returns its generation.
-  std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat, std::uint64_t session) {
+  std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat, ServerSession at) {
     LightLock lock(mutex_);
     if (held_ && lost_) ended_lost_.push_back(generation_);  // its guard still answers lost()
-    last_good_session_ = session;
+    last_good_session_ = at.session;
+    last_good_history_ = at.history;
     recent_.clear();
     held_ = true;
     lost_ = false;
@@ -210,18 +219,29 @@ class GrantBook {
     int failures = 0;
   };
   Applied apply_beat(const Grant& g, time_point sent, time_point now, const Result<void>& answer, bool automatic,
-                     duration interval, duration retry_base, std::uint64_t session) {
+                     duration interval, duration retry_base, ServerSession at) {
     LightLock lock(mutex_);
     Applied out;
     if (automatic && g.generation == generation_) beat_in_flight_ = false;
     if (!held_ || lost_ || g.generation != generation_) return out;
     if (answer) {
       // Never un-lose: a late success after the deadline changes nothing (checked above).
-      if (sent > last_good_send_) {
+      if (at.history != last_good_history_) {
+        // A failover (or another cluster) since the last good answer: what
+        // the earlier server acknowledged, durable or not, may be missing
+        // here, so none of it is proof any more. This answer is: the row
+        // carries our grant (instance, fence, token) on this server now, and
+        // the backend committed it synchronously (BackendReportsHistory). The
+        // lease counts from it alone.
+        recent_.clear();
+        trusted_send_ = last_good_send_ = sent;
+        last_good_session_ = at.session;
+        last_good_history_ = at.history;
+      } else if (sent > last_good_send_) {
         if (!asynchronous_) trusted_send_ = sent;
-        else confirm(sent, session);
+        else confirm(sent, at.session);
         last_good_send_ = sent;
-        last_good_session_ = session;
+        last_good_session_ = at.session;
       }
       failures_ = 0;
       if (automatic) next_beat_at_ = std::min(now + interval, trusted_send_ + lease_);
@@ -297,6 +317,7 @@ class GrantBook {
   std::uint64_t generation_ = 0;       // bumped per grant and per release: stale guards and tasks see a mismatch
   time_point last_good_send_{};        // send time of the last heartbeat (or acquire) the server accepted
   std::uint64_t last_good_session_ = 0;  // the server session that acknowledged last_good_send_
+  std::uint64_t last_good_history_ = 0;  // the server history that acknowledged last_good_send_
   static constexpr std::size_t max_recent = 64;
   std::deque<time_point> recent_;        // asynchronous: good sends of this session not yet confirmed durable
   std::vector<std::uint64_t> ended_lost_;  // grants that ended lost while their guards live

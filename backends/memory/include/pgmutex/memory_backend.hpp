@@ -216,6 +216,40 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     rearm();
   }
 
+  // A standby, for failover tests: replicate() copies every table as it is
+  // now (grants, heartbeats, the fence sequence); fail_over() promotes that
+  // copy. Everything since the last replicate() is lost, as with
+  // asynchronous replication; the server history changes (see
+  // BackendReportsHistory), fences from then on exceed every earlier one
+  // (the sequence plus history << 40, as PostgresBackend's timeline term),
+  // and the next operation fails as its connection did.
+  void replicate() {
+    detail::LightLock lock(mutex_);
+    standby_.clear();
+    for (const auto& [name, table] : tables_) standby_.emplace(name, table);
+  }
+  void fail_over() {
+    detail::LightLock lock(mutex_);
+    // Rows are restored in place: backends keep pointers to them.
+    for (auto& [name, table] : tables_) {
+      const auto copy = standby_.find(name);
+      table.sequence = copy == standby_.end() ? 0 : copy->second.sequence;
+      for (auto& [lock_name, row] : table.rows) {
+        const Row* copied = nullptr;
+        if (copy != standby_.end())
+          if (const auto r = copy->second.rows.find(lock_name); r != copy->second.rows.end()) copied = &r->second;
+        if (copied != nullptr) row = *copied;
+        else row.present = false;
+      }
+    }
+    history_.fetch_add(1, std::memory_order_relaxed);
+    ++restarts_;
+    last_flush_ = now();
+    fail_next_ = std::max(fail_next_, 1);
+    fail_with_ = Errc::backend_unavailable;
+    rearm();
+  }
+
   // Moves the server clock relative to the clients' clocks (clock skew).
   void set_server_offset(std::chrono::nanoseconds offset) {
     detail::LightLock lock(mutex_);
@@ -412,6 +446,10 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
   std::chrono::nanoseconds last_flush_{};
   std::uint64_t restarts_ = 0;
+  // fail_over()s so far. Changed with mutex_ held; read without it too, so
+  // that asking for it costs an acquire/release cycle no lock.
+  std::atomic<std::uint64_t> history_{0};
+  std::unordered_map<std::string, Table, StringHash, std::equal_to<>> standby_;  // replicate()'s copy
   std::set<std::string, std::less<>> dropped_;
   std::set<std::string, std::less<>> partitioned_;
   // Hung connections: their own std::mutex, since a real-time hang waits on a condition variable.
@@ -441,6 +479,9 @@ class MemoryBackend {
     detail::LightLock lock(server_->mutex_);
     return server_->restarts_;
   }
+
+  // The server history: another after each MemoryServer::fail_over().
+  [[nodiscard]] std::uint64_t history() const noexcept { return server_->history_.load(std::memory_order_relaxed); }
 
   // The timeout of statements that carry none (inspect, list, force_release)
   // while their connection hangs (default 30 s). Zero: none.
@@ -491,7 +532,7 @@ class MemoryBackend {
       }
       row.present = true;
       if (!detail::same_text(row.instance_id, request.instance_id)) row.instance_id.assign(request.instance_id);
-      row.fence = ++found->table->sequence;
+      row.fence = ++found->table->sequence + static_cast<Fence>(server_->history_.load(std::memory_order_relaxed) << 40);
       row.token = request.token;
       row.stale_threshold = request.stale_threshold;
       // Assigned only when they differ: the same holder acquiring again copies nothing.
@@ -509,7 +550,15 @@ class MemoryBackend {
   }
 
   Result<void> heartbeat(const HolderKey& key) noexcept {
-    return on_holder_row(key, [&](MemoryServer::Row& row) { server_->beat(row); });
+    return on_holder_row(key, [&](MemoryServer::Row& row) {
+      server_->beat(row);
+      // The first heartbeat after a failover is durable (BackendReportsHistory).
+      const std::uint64_t history = server_->history_.load(std::memory_order_relaxed);
+      if (beat_history_ != history) {
+        row.durable_heartbeat = row.last_heartbeat;
+        beat_history_ = history;
+      }
+    });
   }
 
   Result<void> release(const HolderKey& key) noexcept {
@@ -638,11 +687,13 @@ class MemoryBackend {
   std::string cached_table_;
   std::string cached_lock_;
   Place cached_;
+  std::uint64_t beat_history_ = 0;  // the server history of this connection's last heartbeat
 };
 
 static_assert(Backend<MemoryBackend>);
 static_assert(BackendBatchesHeartbeats<MemoryBackend>);
 static_assert(BackendReportsCommitMode<MemoryBackend>);
 static_assert(BackendReportsSession<MemoryBackend>);
+static_assert(BackendReportsHistory<MemoryBackend>);
 
 }  // namespace pgmutex

@@ -85,6 +85,16 @@ class PostgresBackend {
   // (our connection) or on another server process (a pool's), so a restart
   // between two heartbeats shows (see BackendReportsSession).
   [[nodiscard]] std::uint64_t session() const noexcept;
+  // The server history the last operation ran on: another once a reconnect
+  // reaches a server with another system identifier or timeline (a promoted
+  // standby after a failover, another cluster), or one that will not say
+  // (pg_control_system() revoked: every reconnect then counts as a new
+  // history). The first heartbeat after such a change commits synchronously
+  // (see BackendReportsHistory). Always 0 over a pool: not detected there.
+  [[nodiscard]] std::uint64_t history() const noexcept;
+  // "<system identifier>/<timeline>" of the server the own connection last
+  // reached ("" unknown, or over a pool): for logs and tests.
+  [[nodiscard]] std::string server_identity() const;
 
   // Whether heartbeats commit without waiting for the WAL flush
   // (PostgresOptions::heartbeat_synchronous_commit_off): a server crash may

@@ -1,0 +1,25 @@
+#include "server_history.hpp"
+
+namespace pgmutex::postgres_detail {
+
+Outcome<void> ServerHistory::on_connect(PqConnection& connection, Deadline deadline) {
+  std::string now;
+  auto rows = connection.exec_simple(server_identity_sql, deadline);
+  if (rows) {
+    if (!rows->empty() && !rows->is_null(0, 0)) now = rows->text(0, 0);
+  } else if (rows.error().kind != StatementFailure::Kind::server) {
+    return tl::unexpected(std::move(rows.error()));  // the connection failed: the caller connects again
+  }
+  // Any refusal by the server (42501, a function missing): identity unknown.
+  const bool first = !known_;
+  known_ = true;
+  const bool changed = now.empty() || now != identity_;
+  identity_ = std::move(now);
+  if (!first && changed) {
+    ++history_;
+    durable_heartbeat_due_ = true;
+  }
+  return {};
+}
+
+}  // namespace pgmutex::postgres_detail
