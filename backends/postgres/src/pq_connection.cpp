@@ -273,6 +273,15 @@ Outcome<Rows> PqConnection::exec_simple(const std::string& sql, Deadline deadlin
   return run([&](PGconn* c) { return PQsendQuery(c, sql.c_str()); }, deadline);
 }
 
+int PqConnection::reported_backend_pid() const noexcept {
+  return connection_ != nullptr ? PQbackendPID(connection_) : 0;
+}
+
+std::string PqConnection::user() const {
+  const char* name = connection_ != nullptr ? PQuser(connection_) : nullptr;
+  return name != nullptr ? name : "";
+}
+
 void PqConnection::discard_notifications(std::string_view channel) {
   std::erase_if(notified_channels_, [&](const std::string& c) { return c == channel; });
 }

@@ -45,6 +45,14 @@ class PqConnection {
   // Forgets notifications that already arrived on `channel`.
   void discard_notifications(std::string_view channel);
 
+  // The server process id the connection's start-up reported (a pooler
+  // reports a key of its own), and the one to ignore NOTIFYs from (our own
+  // releases): by default the same, set to pg_backend_pid() once asked.
+  [[nodiscard]] int reported_backend_pid() const noexcept;
+  void set_backend_pid(int pid) noexcept { backend_pid_ = pid; }
+  // The role the connection logged in as.
+  [[nodiscard]] std::string user() const;
+
  private:
   explicit PqConnection(pg_conn* connection) noexcept;
   template <class Send>
