@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "pgmutex/postgres_pool.hpp"
 #include "support.hpp"
 
 using namespace itest;
@@ -185,6 +186,29 @@ TEST_CASE("through pgbouncer, unnamed statements work in either pool mode", "[pg
   CHECK_FALSE(b.heartbeat_commits_asynchronously());
   every_operation(b, other, table);
   through_mutex(bouncer.dsn, in_mode(StatementMode::unnamed), table);
+}
+
+namespace {
+// The smallest pool a user might have: one connection, lent to one backend.
+struct OnePool {
+  explicit OnePool(const std::string& dsn) : connection(dsn) {}
+  pqxx::connection connection;
+  pqxx::connection& borrow() { return connection; }
+  void give_back(pqxx::connection&) noexcept {}
+};
+}  // namespace
+
+TEST_CASE("through pgbouncer, a backend over the user's pool with unnamed statements works in either pool mode",
+          "[pgbouncer][pool]") {
+  const Bouncer bouncer;
+  INFO("pool_mode=" << bouncer.mode);
+  const std::string table = fresh_table("pgb_pool");
+  OnePool pool_a(bouncer.dsn), pool_b(bouncer.dsn);
+  PostgresBackend b = pgmutex::make_pooled_backend(pool_a, in_mode(StatementMode::unnamed));
+  PostgresBackend other = pgmutex::make_pooled_backend(pool_b, in_mode(StatementMode::unnamed));
+  CHECK(b.uses_unnamed_statements());
+  CHECK_FALSE(b.heartbeat_commits_asynchronously());
+  every_operation(b, other, table);
 }
 
 TEST_CASE("through pgbouncer, prepared statements: all works in session pooling; in transaction pooling the error "
