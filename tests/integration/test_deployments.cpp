@@ -188,6 +188,39 @@ TEST_CASE("through pgbouncer, unnamed statements work in either pool mode", "[pg
   through_mutex(bouncer.dsn, in_mode(StatementMode::unnamed), table);
 }
 
+TEST_CASE("through pgbouncer, unnamed statements carry their own statement_timeout and leave no setting behind",
+          "[pgbouncer][timeouts]") {
+  const Bouncer bouncer;
+  INFO("pool_mode=" << bouncer.mode);
+  const std::string table = fresh_table("pgb_slow");
+  PostgresBackend b(bouncer.dsn, in_mode(StatementMode::unnamed));
+  REQUIRE(b.create_schema(table));
+  auto won = b.try_acquire(request(table, "job", "holder"));
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  bouncer.direct("CREATE FUNCTION " + table + "_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                 "PERFORM pg_sleep(3); RETURN NEW; END $$");
+  bouncer.direct("CREATE TRIGGER slow BEFORE UPDATE ON " + table + " FOR EACH ROW EXECUTE FUNCTION " + table +
+                 "_slow()");
+  // A 1 s heartbeat: the server cancels it at 3/4 of that (57014), before the client gives up.
+  const HolderKey slow{LockRef{table, "job"}, "holder", won->fence, 0x5eed, 1s};
+  auto beat = b.heartbeat(slow);
+  REQUIRE_FALSE(beat);
+  INFO(beat.error().message());
+  CHECK(beat.error() == Errc::backend_unavailable);
+  CHECK(beat.error().detail.find("57014") != std::string::npos);
+  bouncer.direct("DROP TRIGGER slow ON " + table);
+  CHECK(b.heartbeat(slow));
+  // Nothing was set for a session: every server connection pgbouncer lends has the default.
+  for (int i = 0; i < 3; ++i) {
+    pqxx::connection c(bouncer.dsn);
+    pqxx::nontransaction tx(c);
+    CHECK(tx.exec("SHOW statement_timeout")[0][0].as<std::string>() == "0");
+    CHECK(tx.exec("SHOW lock_timeout")[0][0].as<std::string>() == "0");
+    CHECK(tx.exec("SHOW synchronous_commit")[0][0].as<std::string>() == "on");
+  }
+}
+
 namespace {
 // The smallest pool a user might have: one connection, lent to one backend.
 struct OnePool {

@@ -126,8 +126,13 @@ Outcome<void> OwnSession::use_statement_timeout(const Bound& bound) {
 
 Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) {
   // Behind a transaction pooler the next statement may meet another server
-  // process: nothing is prepared, nothing is set for the session.
-  if (unnamed()) return connection().exec_params(statement.sql, params, bound.deadline);
+  // process: nothing is prepared, nothing is set for the session. The
+  // statement_timeout is set for the statement's own transaction, in the same
+  // round trip, before the statement starts (it is read at its start).
+  if (unnamed())
+    return connection().exec_params_after("SELECT set_config('statement_timeout', $1, true)",
+                                          {std::to_string(bound.statement_timeout.count())}, statement.sql, params,
+                                          bound.deadline);
   if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
   if (!prepared_.contains(statement.name)) {
     auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);

@@ -37,9 +37,9 @@ enum class StatementMode {
   prepared,
   // For a transaction pooler: every statement unnamed (parse, bind, execute in
   // one go; the same text and parameters), every setting local to its own
-  // statement's transaction (lock_timeout, synchronous_commit), no
-  // statement_timeout (it would be session state: the client's deadline
-  // still bounds every call), heartbeats committed synchronously (the server
+  // statement's transaction (lock_timeout, synchronous_commit, and
+  // statement_timeout, pipelined in front of the statement in the same round
+  // trip), heartbeats committed synchronously (the server
   // process may change between two heartbeats unseen, so one cannot vouch
   // for the other), and wait_for_release polls the row with backoff instead
   // of LISTEN.
