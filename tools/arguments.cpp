@@ -26,6 +26,15 @@ void add_connection_options(CLI::App& command, ConnectionArgs& args) {
       ->capture_default_str()
       ->type_name("TABLE")
       ->check(table_name_validator());
+  command
+      .add_option("--statement-mode", args.statement_mode,
+                  "auto: prepared statements and LISTEN on a direct connection, unnamed behind a pooler; "
+                  "prepared; unnamed: for a transaction pooler (pgbouncer pool_mode=transaction), no prepared "
+                  "statements, waits poll the table")
+      ->envname("PGMUTEX_STATEMENT_MODE")
+      ->capture_default_str()
+      ->type_name("MODE")
+      ->check(CLI::IsMember({"auto", "prepared", "unnamed"}));
 }
 
 void add_threshold_options(CLI::App& command, ThresholdArgs& args) {

@@ -12,6 +12,9 @@ namespace pgmutex::cli {
 struct ConnectionArgs {
   std::string dsn;  // --dsn, else PGMUTEX_DSN, else empty: libpq's PG* variables and .pgpass
   std::string table;
+  // --statement-mode, else PGMUTEX_STATEMENT_MODE: auto, prepared or unnamed
+  // (PostgresOptions::statement_mode; unnamed for a transaction pooler).
+  std::string statement_mode = "auto";
 };
 
 struct ThresholdArgs {
@@ -19,7 +22,8 @@ struct ThresholdArgs {
   double stale_s;
 };
 
-// --dsn (with PGMUTEX_DSN as fallback) and --table.
+// --dsn (with PGMUTEX_DSN as fallback), --table and --statement-mode (with
+// PGMUTEX_STATEMENT_MODE as fallback).
 void add_connection_options(CLI::App& command, ConnectionArgs& args);
 
 // --alert-threshold and --stale-threshold, defaulting to the library's values.

@@ -7,6 +7,9 @@
 namespace pgmutex::cli {
 
 PostgresBackend connect_backend(const ConnectionArgs& args, PostgresOptions options) {
+  options.statement_mode = args.statement_mode == "prepared"  ? StatementMode::prepared
+                           : args.statement_mode == "unnamed" ? StatementMode::unnamed
+                                                              : StatementMode::automatic;
   PostgresBackend backend(args.dsn, options);
   if (auto connected = backend.connect(); !connected) {
     const Error& error = connected.error();

@@ -21,6 +21,8 @@ std::string fix_for(const Error& error, const std::string& what, const Connectio
     if (!has_state(error, "42501"))
       return "authentication failed for role " + connection_role(connection) +
              ": check the user and password (DSN, PGPASSWORD or ~/.pgpass)";
+    // The library's message already names the missing privilege and its GRANT.
+    if (error.detail.find("GRANT ") != std::string::npos) return {};
     const std::string role = connection_role(connection);
     if (what == "schema")
       return "role " + role + " may not create the lock table: as an owner, run " + schema_grant(connection.table, role) +

@@ -72,10 +72,21 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
     return Error(Errc::schema_missing, describe(cause + " (the lock table lacks a column, e.g. one made by the seed's "
                                                         "package or an older version: call create_schema() to upgrade it)"));
   if (state == "3D000") return Error(Errc::schema_missing, describe(cause));
-  if (state == "42501")
+  if (state == "42501") {
+    if (!failure.hint.empty()) return Error(Errc::permission_denied, describe(cause + " (" + failure.hint + ")"));
     return Error(Errc::permission_denied,
                  describe(cause + " (the role needs SELECT, INSERT, UPDATE, DELETE on the lock table and USAGE on its "
                                   "fence sequence; create_schema() needs CREATE on the schema)"));
+  }
+  // A named prepared statement vanished between two statements, or another
+  // client's is in the way: a pooler in transaction pooling hands each
+  // transaction to another server connection.
+  if (state == "26000" || state == "42P05")
+    return Error(Errc::backend_error,
+                 describe(cause + " (prepared statements do not last from one statement to the next here: a pooler "
+                                  "in transaction pooling, e.g. pgbouncer's pool_mode=transaction, is in front of the "
+                                  "server; use unnamed statements and polling instead: PostgresOptions::statement_mode "
+                                  "= StatementMode::unnamed or automatic, pgmutex --statement-mode unnamed)"));
   if (state.starts_with("28"))
     return Error(Errc::permission_denied, describe(cause + " (authentication failed: check the user and password)"));
   if (state == "25006")

@@ -1,6 +1,7 @@
 #include "own_session.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include <libpq-fe.h>
@@ -38,6 +39,25 @@ void OwnSession::drop() noexcept {
   oids_.clear();
   listening_.clear();
   statement_timeout_ms_ = -1;
+  behind_pooler_ = false;
+}
+
+bool OwnSession::unnamed() const {
+  return options_.statement_mode == StatementMode::unnamed ||
+         (options_.statement_mode == StatementMode::automatic && behind_pooler_);
+}
+
+std::string OwnSession::user() const { return connection_ ? connection_->user() : std::string(); }
+
+Outcome<void> OwnSession::probe_pooler(Deadline deadline) {
+  auto rows = connection_->exec_simple("SELECT pg_backend_pid()", deadline);
+  if (!rows) return tl::unexpected(std::move(rows.error()));
+  const int pid = std::atoi(rows->text(0, 0).c_str());
+  behind_pooler_ = pid != connection_->reported_backend_pid();
+  // Our own releases' NOTIFYs come from this pid (behind a pooler in session
+  // pooling too, where the start-up reported the pooler's key).
+  connection_->set_backend_pid(pid);
+  return {};
 }
 
 Result<void> OwnSession::ensure_connected(Deadline deadline) {
@@ -76,6 +96,16 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
         continue;
       }
       connection_.emplace(std::move(*opened));
+      if (options_.statement_mode != StatementMode::unnamed) {
+        if (auto probed = probe_pooler(connect_by); !probed) {
+          connection_.reset();
+          behind_pooler_ = false;
+          if (!connection_gone(probed.error()))
+            return tl::unexpected(to_error(probed.error(), "connect to '" + redacted_ + "'", Effect::read, secrets_));
+          last = probed.error().message;
+          continue;
+        }
+      }
       ++connects_;
       return {};
     }
@@ -101,6 +131,14 @@ Outcome<void> OwnSession::use_statement_timeout(const Bound& bound) {
 }
 
 Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) {
+  // Behind a transaction pooler the next statement may meet another server
+  // process: nothing is prepared, nothing is set for the session. The
+  // statement_timeout is set for the statement's own transaction, in the same
+  // round trip, before the statement starts (it is read at its start).
+  if (unnamed())
+    return connection().exec_params_after("SELECT set_config('statement_timeout', $1, true)",
+                                          {std::to_string(bound.statement_timeout.count())}, statement.sql, params,
+                                          bound.deadline);
   if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
   if (!prepared_.contains(statement.name)) {
     auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);
@@ -111,7 +149,9 @@ Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std:
 }
 
 Outcome<Rows> OwnSession::run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) {
-  if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
+  if (!unnamed()) {
+    if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
+  }
   if (params.empty()) return connection().exec_simple(sql, bound.deadline);
   return connection().exec_params(sql, params, bound.deadline);
 }

@@ -33,8 +33,17 @@ class OwnSession final : public Session {
   Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<std::string> table_oid(std::string_view table, const Bound& bound) override;
   Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) override;
+  [[nodiscard]] bool unnamed() const override;
+  [[nodiscard]] std::string user() const override;
+  // A pooler is in front of the server (found by StatementMode::automatic's
+  // probe on the current connection).
+  [[nodiscard]] bool behind_pooler() const noexcept { return behind_pooler_; }
 
  private:
+  // Asks the server for pg_backend_pid() (unless StatementMode::unnamed): a
+  // pooler reported another in the connection's start-up. Our own NOTIFYs
+  // come from it.
+  Outcome<void> probe_pooler(Deadline deadline);
   // statement_timeout must be in force before a statement starts, so it is a
   // session setting, sent only when an operation asks for another value.
   Outcome<void> use_statement_timeout(const Bound& bound);
@@ -51,6 +60,7 @@ class OwnSession final : public Session {
   std::map<std::string, std::string, std::less<>> oids_;
   std::set<std::string, std::less<>> listening_;
   long long statement_timeout_ms_ = -1;  // -1: not set on this connection
+  bool behind_pooler_ = false;
 };
 
 }  // namespace pgmutex::postgres_detail

@@ -8,6 +8,10 @@
 namespace pgmutex::postgres_detail {
 
 std::uint64_t PooledSession::server_pid() const { return static_cast<std::uint64_t>(connection_.backendpid()); }
+std::string PooledSession::user() const {
+  const char* name = connection_.username();
+  return name != nullptr ? name : "";
+}
 namespace {
 
 Rows rows_of(const pqxx::result& result) {
@@ -43,11 +47,11 @@ class ReleaseListener final : public pqxx::notification_receiver {
 }  // namespace
 
 Result<std::unique_ptr<PooledSession>> PooledSession::borrow(ConnectionSource& source,
-                                                              const std::vector<std::string>& secrets) {
+                                                              const std::vector<std::string>& secrets, bool unnamed) {
   try {
     pqxx::connection& connection = source.borrow();
     try {
-      return std::unique_ptr<PooledSession>(new PooledSession(source, connection));
+      return std::unique_ptr<PooledSession>(new PooledSession(source, connection, unnamed));
     } catch (...) {
       source.give_back(connection);
       throw;
@@ -62,7 +66,8 @@ Result<std::unique_ptr<PooledSession>> PooledSession::borrow(ConnectionSource& s
 // Given back dead or alive: the pool decides.
 PooledSession::~PooledSession() { source_.give_back(connection_); }
 
-Outcome<Rows> PooledSession::run(const Statement& statement, const std::vector<std::string>& params, const Bound&) {
+Outcome<Rows> PooledSession::run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) {
+  if (unnamed_) return run_text(statement.sql, params, bound);
   try {
     // libpqxx accepts an identical redefinition, so a borrowed connection is simply told again.
     connection_.prepare(statement.name, statement.sql);

@@ -2,12 +2,14 @@
 // or a borrowed libpqxx one), serialized per backend, bounded by a deadline.
 #include "pgmutex/postgres_backend.hpp"
 
+#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 
@@ -30,6 +32,14 @@ namespace {
 // reclaimer) is tried again this many times, so that it names the current
 // holder, never one that is gone.
 constexpr int acquire_tries = 3;
+
+// Without LISTEN (unnamed statements), a wait for release reads the row: the
+// first read this long into the wait, each next one twice as long after the
+// last, up to max_poll; the backoff carries on over the waits of one lock
+// while its holder stays the same.
+constexpr std::chrono::nanoseconds first_poll = std::chrono::milliseconds(25);
+constexpr std::chrono::nanoseconds max_poll = std::chrono::seconds(1);
+constexpr std::size_t max_polled_locks = 256;
 
 // Postgres array literal {"a","b"} for text[] parameters.
 std::string text_array(const std::vector<std::string_view>& items) {
@@ -87,6 +97,19 @@ std::string this_host() {
 
 std::string lock_context(LockRef lock) { return "lock '" + std::string(lock.lock_name) + "'"; }
 
+// A refusal (42501) of a statement on `table`: the GRANTs that fix it, for the
+// role the connection logged in as.
+void name_the_grants(StatementFailure& failure, std::string_view table, const std::string& role) {
+  if (failure.kind != StatementFailure::Kind::server || failure.sqlstate != "42501" || !failure.hint.empty() ||
+      table.empty())
+    return;
+  const std::string r = role.empty() ? "ROLE" : sql_identifier(role);
+  failure.hint = "role " + r + " needs SELECT, INSERT, UPDATE, DELETE on the lock table " + sql_table(table) +
+                 " and USAGE on its sequence " + sql_fence_sequence(table) + "; as their owner, run: GRANT SELECT, "
+                 "INSERT, UPDATE, DELETE ON " + sql_table(table) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
+                 sql_fence_sequence(table) + " TO " + r;
+}
+
 tl::unexpected<Error> moved_from() { return fail(Errc::invalid_argument, "this PostgresBackend was moved from"); }
 
 // A heartbeat or release that matched no row: the grant is gone.
@@ -117,14 +140,36 @@ struct PostgresBackend::Impl {
   std::mutex mutex;  // one operation at a time: a connection never serves two threads at once
   std::uint64_t last_session = 0;  // the server session the last operation ran on (see session())
   std::uint64_t last_history = 0;  // the server history the last operation ran on (see history())
+  // Keyed by table and commit mode: a connection behind a pooler (unnamed
+  // statements) commits heartbeats synchronously, another may not.
   std::map<std::string, TableStatements, std::less<>> tables;
+  // Whether the last connection used unnamed statements (read without the mutex).
+  std::atomic<bool> unnamed_in_use{false};
 
-  Result<const TableStatements*> statements(std::string_view table) {
-    if (const auto found = tables.find(table); found != tables.end()) return &found->second;
-    if (auto valid = validate_table_name(table); !valid) return tl::unexpected(std::move(valid.error()));
-    const auto [it, _] =
-        tables.emplace(std::string(table), make_statements(table, options.heartbeat_synchronous_commit_off));
-    return &it->second;
+  // The wait for release of one lock without LISTEN: the holder last seen
+  // and the backoff reached (see first_poll).
+  struct Poll {
+    std::string instance;
+    Fence fence = 0;
+    std::chrono::nanoseconds delay = first_poll;
+  };
+  std::map<std::string, Poll, std::less<>> polls;
+
+  [[nodiscard]] bool unnamed_mode() const noexcept {
+    switch (options.statement_mode) {
+      case StatementMode::unnamed: return true;
+      case StatementMode::prepared: return false;
+      case StatementMode::automatic: return !pool && unnamed_in_use.load();
+    }
+    return false;
+  }
+
+  // `table` must have passed validate_table_name.
+  const TableStatements& statements(std::string_view table, bool unnamed) {
+    const bool async = options.heartbeat_synchronous_commit_off && !unnamed;
+    const std::string key = std::string(table) + (async ? "/async" : "/sync");
+    if (const auto found = tables.find(key); found != tables.end()) return found->second;
+    return tables.emplace(key, make_statements(table, async)).first->second;
   }
 
   [[nodiscard]] std::chrono::nanoseconds bound_of(std::chrono::nanoseconds timeout) const {
@@ -136,22 +181,27 @@ struct PostgresBackend::Impl {
   // idempotent write, or a write that surely did not run) and time is left;
   // otherwise a write's outcome is reported unknown, and the caller resolves
   // it by reading the row back.
+  // A refusal (42501) of a statement on `table` names the GRANTs that fix it.
   template <class T, class Body>
-  Result<T> run(std::string_view what, Effect effect, const Bound& bound, Body&& body) noexcept {
+  Result<T> run(std::string_view what, Effect effect, const Bound& bound, Body&& body,
+                std::string_view table = {}) noexcept {
     try {
       for (int attempt = 0;; ++attempt) {
         Outcome<T> outcome = tl::unexpected(StatementFailure{});
         if (pool) {
-          auto session = PooledSession::borrow(*pool, secrets);
+          auto session = PooledSession::borrow(*pool, secrets, options.statement_mode == StatementMode::unnamed);
           if (!session) return tl::unexpected(std::move(session.error()));
           outcome = body(**session, bound);
           last_session = (*session)->server_pid() << 1 | 1;  // odd: a pid, never a count
+          if (!outcome) name_the_grants(outcome.error(), table, (*session)->user());
         } else {
           if (auto connected = own->ensure_connected(bound.deadline); !connected)
             return tl::unexpected(std::move(connected.error()));
+          unnamed_in_use = own->unnamed();
           outcome = body(*own, bound);
           last_session = own->connects() << 1;
           last_history = own->history().history();
+          if (!outcome) name_the_grants(outcome.error(), table, own->user());
           if (!outcome && connection_gone(outcome.error())) own->drop();
         }
         if (outcome) {
@@ -172,12 +222,42 @@ struct PostgresBackend::Impl {
   template <class T, class Body>
   Result<T> on_table(std::string_view table, std::string_view what, Effect effect, std::chrono::nanoseconds timeout,
                      Body&& body) noexcept {
+    if (auto valid = validate_table_name(table); !valid) return tl::unexpected(std::move(valid.error()));
     std::lock_guard lock(mutex);
-    auto st = statements(table);
-    if (!st) return tl::unexpected(std::move(st.error()));
-    const TableStatements& of_table = **st;
-    return run<T>(what, effect, Bound::from(bound_of(timeout)),
-                  [&](Session& session, const Bound& bound) { return body(session, bound, of_table); });
+    return run<T>(
+        what, effect, Bound::from(bound_of(timeout)),
+        [&](Session& session, const Bound& bound) { return body(session, bound, statements(table, session.unnamed())); },
+        table);
+  }
+
+  // wait_for_release without LISTEN: reads the row (see first_poll) until it
+  // is gone or another grant holds it (true), or `wait_until` (false).
+  Outcome<bool> poll_release(Session& session, const TableStatements& st, LockRef lock_ref, Deadline wait_until) {
+    std::string key = std::string(lock_ref.table);
+    key.push_back('\0');
+    key += lock_ref.lock_name;
+    if (polls.size() >= max_polled_locks && !polls.contains(key)) polls.clear();
+    Poll& poll = polls[key];
+    for (;;) {
+      const auto left = wait_until - std::chrono::steady_clock::now();
+      if (left <= std::chrono::nanoseconds::zero()) return false;
+      if (left < poll.delay) {
+        std::this_thread::sleep_for(left);
+        return false;
+      }
+      std::this_thread::sleep_for(poll.delay);
+      poll.delay = std::min(poll.delay * 2, max_poll);
+      auto rows = session.run(st.inspect, {std::string(lock_ref.lock_name)}, Bound::from(bound_of({})));
+      if (!rows) return tl::unexpected(std::move(rows.error()));
+      const bool gone = rows->empty();
+      const LockRow row = gone ? LockRow{} : row_from(*rows, 0);
+      if (gone || (!poll.instance.empty() && (row.instance_id != poll.instance || row.fence != poll.fence))) {
+        polls.erase(key);
+        return true;
+      }
+      poll.instance = row.instance_id;
+      poll.fence = row.fence;
+    }
   }
 
   // One try, read as the statement returns it: ins fence, upd fence, then the row it saw.
@@ -226,8 +306,10 @@ PostgresBackend::~PostgresBackend() = default;
 std::string PostgresBackend::redacted_dsn() const { return impl_ ? impl_->redacted : std::string(); }
 
 bool PostgresBackend::heartbeat_commits_asynchronously() const noexcept {
-  return impl_ && impl_->options.heartbeat_synchronous_commit_off;
+  return impl_ && impl_->options.heartbeat_synchronous_commit_off && !impl_->unnamed_mode();
 }
+
+bool PostgresBackend::uses_unnamed_statements() const noexcept { return impl_ && impl_->unnamed_mode(); }
 
 Result<void> PostgresBackend::connect() noexcept {
   if (!impl_) return moved_from();
@@ -251,16 +333,46 @@ Result<std::string> PostgresBackend::release_channel(LockRef lock_ref) noexcept 
 
 // ---- the Backend contract ---------------------------------------------------
 
+namespace {
+
+// create_schema was refused (42501): which privilege is missing, and the
+// GRANT that fixes it. Asks the server which schema the table goes to and
+// whether the role may create in it; empty if that cannot be told.
+std::string missing_create_privilege(Session& session, std::string_view table, const Bound& bound) {
+  const auto dot = table.find('.');
+  const std::string given = dot == std::string_view::npos ? std::string() : std::string(table.substr(0, dot));
+  auto rows = session.run_text(
+      "SELECT s, has_schema_privilege(s, 'CREATE') FROM"
+      " (SELECT coalesce(nullif($1::text, ''), current_schema(), 'public') AS s) AS x",
+      {given}, bound);
+  if (!rows || rows->empty() || rows->is_null(0, 1)) return {};
+  const std::string schema = sql_identifier(rows->text(0, 0));
+  const std::string role = sql_identifier(session.user());
+  if (rows->text(0, 1) == "f")
+    return "role " + role + " lacks CREATE on schema " + schema + ", which creating the lock table " +
+           sql_table(table) + " and its sequence needs; as an owner of the schema, run: GRANT CREATE ON SCHEMA " +
+           schema + " TO " + role + "; or have an owner run create_schema() (pgmutex schema)";
+  return "role " + role + " may create in schema " + schema + ", but the lock table " + sql_table(table) +
+         " or its sequence belongs to another role and needs an upgrade only its owner may make: have the owner run "
+         "create_schema() (pgmutex schema)";
+}
+
+}  // namespace
+
 Result<void> PostgresBackend::create_schema(std::string_view table) noexcept {
   if (!impl_) return moved_from();
   if (auto valid = validate_table_name(table); !valid) return valid;
   std::lock_guard lock(impl_->mutex);
-  return impl_->run<void>("create_schema('" + std::string(table) + "')", Effect::idempotent_write,
-                          Bound::from(impl_->bound_of({})), [&](Session& session, const Bound& bound) -> Outcome<void> {
-                            auto done = session.run_text(create_schema_sql(table), {}, bound);
-                            if (!done) return tl::unexpected(std::move(done.error()));
-                            return {};
-                          });
+  return impl_->run<void>(
+      "create_schema('" + std::string(table) + "')", Effect::idempotent_write, Bound::from(impl_->bound_of({})),
+      [&](Session& session, const Bound& bound) -> Outcome<void> {
+        auto done = session.run_text(create_schema_sql(table), {}, bound);
+        if (done) return {};
+        StatementFailure failure = std::move(done.error());
+        if (failure.kind == StatementFailure::Kind::server && failure.sqlstate == "42501")
+          failure.hint = missing_create_privilege(session, table, bound);
+        return tl::unexpected(std::move(failure));
+      });
 }
 
 Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request) noexcept {
@@ -391,11 +503,15 @@ Result<bool> PostgresBackend::wait_for_release(LockRef lock_ref, std::chrono::na
   return impl_->run<bool>(
       "wait for release of " + lock_context(lock_ref), Effect::read, Bound::from(impl_->bound_of({})),
       [&](Session& session, const Bound& bound) -> Outcome<bool> {
+        // No LISTEN behind a transaction pooler: the row is read instead.
+        if (session.unnamed())
+          return impl_->poll_release(session, impl_->statements(lock_ref.table, true), lock_ref, wait_until);
         auto oid = session.table_oid(lock_ref.table, bound);
         if (!oid) return tl::unexpected(std::move(oid.error()));
         return session.wait_for_notification(postgres_detail::release_channel(*oid, lock_ref.lock_name), bound,
                                              wait_until);
-      });
+      },
+      lock_ref.table);
 }
 
 Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const HolderKey> keys) noexcept {
@@ -412,8 +528,7 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const Holder
       timeout = std::max(timeout, key.timeout);
     }
     for (std::string_view table : tables) {
-      auto st = impl_->statements(table);
-      if (!st) return tl::unexpected(std::move(st.error()));
+      if (auto valid = validate_table_name(table); !valid) return tl::unexpected(std::move(valid.error()));
       std::vector<std::string_view> names, instances;
       std::vector<std::size_t> index;
       std::string fences = "{", tokens = "{";
@@ -436,7 +551,7 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const Holder
           "heartbeat " + std::to_string(index.size()) + " locks in '" + std::string(table) + "'",
           Effect::idempotent_write, Bound::from(impl_->bound_of(timeout)),
           [&](Session& session, const Bound& bound) -> Outcome<Beaten> {
-            auto rows = session.run((*st)->heartbeat_many,
+            auto rows = session.run(impl_->statements(table, session.unnamed()).heartbeat_many,
                                     {text_array(names), text_array(instances), fences, tokens, bound.lock_timeout_param()},
                                     bound);
             if (!rows) return tl::unexpected(std::move(rows.error()));
@@ -444,7 +559,8 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const Holder
             for (std::size_t r = 0; r < rows->size(); ++r)
               out.emplace(rows->text(r, 0), rows->text(r, 1), fence_of(rows->text(r, 2)), token_of(rows->text(r, 3)));
             return out;
-          });
+          },
+          table);
       if (!beaten) return tl::unexpected(std::move(beaten.error()));
       for (std::size_t k = 0; k < index.size(); ++k) {
         const HolderKey& key = keys[index[k]];

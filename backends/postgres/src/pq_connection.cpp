@@ -165,6 +165,11 @@ void PqConnection::collect_notifications() {
 
 template <class Send>
 Outcome<Rows> PqConnection::run(Send&& send, Deadline deadline) {
+  return run(std::forward<Send>(send), [this](Deadline d) { return read_results(d); }, deadline);
+}
+
+template <class Send, class Read>
+Outcome<Rows> PqConnection::run(Send&& send, Read&& read, Deadline deadline) {
   if (!usable()) return tl::unexpected(broken("the connection is not open", false));
   if (send(connection_) == 0) {
     if (PQstatus(connection_) != CONNECTION_OK) return tl::unexpected(broken("sending the statement", false));
@@ -184,7 +189,87 @@ Outcome<Rows> PqConnection::run(Send&& send, Deadline deadline) {
     if (ready == Ready::failed || PQconsumeInput(connection_) == 0)
       return tl::unexpected(broken("sending the statement", true));
   }
-  return read_results(deadline);
+  return read(deadline);
+}
+
+namespace {
+Rows rows_of(PGresult* result) {
+  Rows rows;
+  const int n = PQntuples(result);
+  const int fields = PQnfields(result);
+  rows.rows.resize(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    auto& row = rows.rows[static_cast<std::size_t>(r)];
+    row.reserve(static_cast<std::size_t>(fields));
+    for (int f = 0; f < fields; ++f) {
+      if (PQgetisnull(result, r, f) != 0) row.emplace_back(std::nullopt);
+      else row.emplace_back(std::string(PQgetvalue(result, r, f), static_cast<std::size_t>(PQgetlength(result, r, f))));
+    }
+  }
+  rows.affected = std::strtol(PQcmdTuples(result), nullptr, 10);
+  return rows;
+}
+
+StatementFailure failure_of(PGresult* result) {
+  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  return StatementFailure{state != nullptr ? StatementFailure::Kind::server : StatementFailure::Kind::connection_lost,
+                          state != nullptr ? state : "", trimmed(PQresultErrorMessage(result)), true};
+}
+}  // namespace
+
+bool PqConnection::await_result(Deadline deadline, std::optional<StatementFailure>& failure) {
+  while (PQisBusy(connection_) != 0) {
+    const Ready ready = wait_socket(PQsocket(connection_), POLLIN, deadline);
+    if (ready == Ready::timed_out) {
+      abandon();
+      failure = timed_out("waiting for the server's answer", true);
+      return false;
+    }
+    if (ready == Ready::failed || PQconsumeInput(connection_) == 0) {
+      failure = broken("reading the server's answer", true);
+      return false;
+    }
+    collect_notifications();
+  }
+  return true;
+}
+
+Outcome<Rows> PqConnection::read_pipeline(Deadline deadline) {
+  Rows rows;
+  std::optional<StatementFailure> failure;
+  // Each query's results end with a null; the sync's result ends the pipeline.
+  for (int query = 0;;) {
+    std::optional<StatementFailure> gone;
+    if (!await_result(deadline, gone)) return tl::unexpected(std::move(*gone));
+    PGresult* result = PQgetResult(connection_);
+    if (result == nullptr) {
+      ++query;
+      if (PQstatus(connection_) != CONNECTION_OK || query > 2) break;
+      continue;
+    }
+    const ExecStatusType status = PQresultStatus(result);
+    if (status == PGRES_PIPELINE_SYNC) {
+      PQclear(result);
+      break;
+    }
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+      if (query == 1) rows = rows_of(result);
+    } else if (status != PGRES_PIPELINE_ABORTED && !failure) {
+      failure = failure_of(result);
+    }
+    PQclear(result);
+  }
+  if (PQstatus(connection_) == CONNECTION_OK) PQexitPipelineMode(connection_);
+  collect_notifications();
+  if (PQstatus(connection_) != CONNECTION_OK) {
+    if (failure) {
+      abandon();
+      return tl::unexpected(std::move(*failure));
+    }
+    return tl::unexpected(broken("reading the server's answer", true));
+  }
+  if (failure) return tl::unexpected(std::move(*failure));
+  return rows;
 }
 
 Outcome<Rows> PqConnection::read_results(Deadline deadline) {
@@ -206,23 +291,9 @@ Outcome<Rows> PqConnection::read_results(Deadline deadline) {
     const ExecStatusType status = PQresultStatus(result);
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
       // A multi-statement string yields a result each: the last one counts.
-      rows = Rows{};
-      const int n = PQntuples(result);
-      const int fields = PQnfields(result);
-      rows.rows.resize(static_cast<std::size_t>(n));
-      for (int r = 0; r < n; ++r) {
-        auto& row = rows.rows[static_cast<std::size_t>(r)];
-        row.reserve(static_cast<std::size_t>(fields));
-        for (int f = 0; f < fields; ++f) {
-          if (PQgetisnull(result, r, f) != 0) row.emplace_back(std::nullopt);
-          else row.emplace_back(std::string(PQgetvalue(result, r, f), static_cast<std::size_t>(PQgetlength(result, r, f))));
-        }
-      }
-      rows.affected = std::strtol(PQcmdTuples(result), nullptr, 10);
+      rows = rows_of(result);
     } else if (!failure) {
-      const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-      failure = StatementFailure{state != nullptr ? StatementFailure::Kind::server : StatementFailure::Kind::connection_lost,
-                                 state != nullptr ? state : "", trimmed(PQresultErrorMessage(result)), true};
+      failure = failure_of(result);
     }
     PQclear(result);
   }
@@ -269,8 +340,43 @@ Outcome<Rows> PqConnection::exec_params(const std::string& sql, const std::vecto
   }, deadline);
 }
 
+Outcome<Rows> PqConnection::exec_params_after(const std::string& setup, const std::vector<std::string>& setup_params,
+                                             const std::string& sql, const std::vector<std::string>& params,
+                                             Deadline deadline) {
+  if (!usable()) return tl::unexpected(broken("the connection is not open", false));
+  if (PQenterPipelineMode(connection_) == 0)
+    return tl::unexpected(StatementFailure{StatementFailure::Kind::client, {}, trimmed(PQerrorMessage(connection_)), false});
+  const auto first = values_of(setup_params);
+  const auto second = values_of(params);
+  auto out = run(
+      [&](PGconn* c) {
+        return PQsendQueryParams(c, setup.c_str(), static_cast<int>(first.size()), nullptr, first.data(), nullptr,
+                                 nullptr, 0) != 0 &&
+                       PQsendQueryParams(c, sql.c_str(), static_cast<int>(second.size()), nullptr, second.data(),
+                                         nullptr, nullptr, 0) != 0 &&
+                       PQpipelineSync(c) != 0
+                   ? 1
+                   : 0;
+      },
+      [this](Deadline d) { return read_pipeline(d); }, deadline);
+  // A send that failed before anything went out leaves the pipeline to close here.
+  if (connection_ != nullptr && PQpipelineStatus(connection_) != PQ_PIPELINE_OFF &&
+      PQexitPipelineMode(connection_) == 0)
+    abandon();  // stuck in the pipeline: the next operation opens another connection
+  return out;
+}
+
 Outcome<Rows> PqConnection::exec_simple(const std::string& sql, Deadline deadline) {
   return run([&](PGconn* c) { return PQsendQuery(c, sql.c_str()); }, deadline);
+}
+
+int PqConnection::reported_backend_pid() const noexcept {
+  return connection_ != nullptr ? PQbackendPID(connection_) : 0;
+}
+
+std::string PqConnection::user() const {
+  const char* name = connection_ != nullptr ? PQuser(connection_) : nullptr;
+  return name != nullptr ? name : "";
 }
 
 void PqConnection::discard_notifications(std::string_view channel) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,11 @@ class PqConnection {
   Outcome<Rows> exec_prepared(const std::string& name, const std::vector<std::string>& params, Deadline deadline);
   // One statement with parameters (extended protocol, unnamed).
   Outcome<Rows> exec_params(const std::string& sql, const std::vector<std::string>& params, Deadline deadline);
+  // Two statements with parameters, unnamed, in one round trip and one
+  // transaction (libpq's pipeline mode): `setup` (say, a set_config(...,
+  // true)) is in force when `sql` starts. The rows are `sql`'s.
+  Outcome<Rows> exec_params_after(const std::string& setup, const std::vector<std::string>& setup_params,
+                                  const std::string& sql, const std::vector<std::string>& params, Deadline deadline);
   // A parameterless string, possibly several statements (one implicit transaction).
   Outcome<Rows> exec_simple(const std::string& sql, Deadline deadline);
 
@@ -45,11 +51,26 @@ class PqConnection {
   // Forgets notifications that already arrived on `channel`.
   void discard_notifications(std::string_view channel);
 
+  // The server process id the connection's start-up reported (a pooler
+  // reports a key of its own), and the one to ignore NOTIFYs from (our own
+  // releases): by default the same, set to pg_backend_pid() once asked.
+  [[nodiscard]] int reported_backend_pid() const noexcept;
+  void set_backend_pid(int pid) noexcept { backend_pid_ = pid; }
+  // The role the connection logged in as.
+  [[nodiscard]] std::string user() const;
+
  private:
   explicit PqConnection(pg_conn* connection) noexcept;
+  // Sends, flushes within the deadline, then reads with `read`.
+  template <class Send, class Read>
+  Outcome<Rows> run(Send&& send, Read&& read, Deadline deadline);
   template <class Send>
   Outcome<Rows> run(Send&& send, Deadline deadline);
   Outcome<Rows> read_results(Deadline deadline);
+  // The results of a pipeline of two queries and a sync: the second's rows.
+  Outcome<Rows> read_pipeline(Deadline deadline);
+  // Waits until a result can be taken without blocking; false: the connection is gone or timed out (`failure` set).
+  bool await_result(Deadline deadline, std::optional<StatementFailure>& failure);
   void collect_notifications();
   // Gives up on the connection: a cancel is attempted in the background, and it is closed.
   void abandon() noexcept;

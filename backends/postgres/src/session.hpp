@@ -41,7 +41,13 @@ class Session {
   // The table's oid as text (the lock's identity in Postgres).
   virtual Outcome<std::string> table_oid(std::string_view table, const Bound& bound) = 0;
   // LISTENs on `channel` (within `bound`), then waits until `wait_until` for a NOTIFY from another session.
+  // Never called when unnamed(): the backend polls instead.
   virtual Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) = 0;
+  // Statements go unnamed, settings stay inside one statement, no LISTEN
+  // (StatementMode::unnamed, or automatic behind a pooler).
+  [[nodiscard]] virtual bool unnamed() const = 0;
+  // The role this connection logged in as (for the GRANT a refusal needs).
+  [[nodiscard]] virtual std::string user() const = 0;
 };
 
 }  // namespace pgmutex::postgres_detail

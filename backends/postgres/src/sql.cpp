@@ -79,6 +79,26 @@ std::string hash_hex(std::string_view text) {
 
 std::string quote_table(std::string_view table) { return quote_parts(table); }
 
+std::string sql_identifier(std::string_view name) {
+  bool plain = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
+  for (char c : name) plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+  if (plain) return std::string(name);
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+std::string sql_table(std::string_view table) {
+  const auto dot = table.find('.');
+  if (dot == std::string_view::npos) return sql_identifier(table);
+  return sql_identifier(table.substr(0, dot)) + "." + sql_identifier(table.substr(dot + 1));
+}
+
+std::string sql_fence_sequence(std::string_view table) { return sql_table(sequence_of(table)); }
+
 std::string lock_hash(std::string_view lock_name) { return hash_hex(lock_name); }
 
 std::string release_channel(std::string_view table_oid, std::string_view lock_name) {

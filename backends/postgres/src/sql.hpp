@@ -34,6 +34,13 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
 // "schema"."table" or "table".
 std::string quote_table(std::string_view table);
 
+// An identifier as a user would type it in a GRANT: bare if Postgres reads it
+// bare as it is (lower case, digits, _), else double-quoted.
+std::string sql_identifier(std::string_view name);
+// The table (each part as sql_identifier), and its fence sequence likewise.
+std::string sql_table(std::string_view table);
+std::string sql_fence_sequence(std::string_view table);
+
 // create_schema's whole work, one multi-statement string that the server runs
 // as one implicit transaction: serialized by an advisory lock, it creates the
 // seed's table plus fence, and adds to an existing table (say, one made by the

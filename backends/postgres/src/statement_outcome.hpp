@@ -28,11 +28,18 @@ struct StatementFailure {
     connection_lost,  // the connection broke without the server saying why
     client,           // refused before sending (libpq could not build or send it)
   };
+  StatementFailure() = default;
+  StatementFailure(Kind k, std::string state, std::string text, bool was_sent)
+      : kind(k), sqlstate(std::move(state)), message(std::move(text)), sent(was_sent) {}
+
   Kind kind = Kind::client;
   std::string sqlstate;
   std::string message;
   // The statement may have reached the server: for a write, its outcome is unknown.
   bool sent = false;
+  // The fix, when the caller knows it better than the SQLSTATE alone tells
+  // (say, the GRANT for this table and role): replaces the generic one.
+  std::string hint;
 };
 
 template <class T>

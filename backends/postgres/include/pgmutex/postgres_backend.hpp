@@ -18,6 +18,34 @@
 
 namespace pgmutex {
 
+// How the backend's statements reach the server. A pooler in transaction
+// pooling (pgbouncer's pool_mode=transaction) hands each transaction to
+// whichever server connection is free, so nothing may outlive one statement
+// there: no prepared statement, no LISTEN, no session setting.
+enum class StatementMode {
+  // `prepared` on a direct connection; `unnamed` when a pooler is in front of
+  // the server (its backend key is not the server process's pg_backend_pid(),
+  // asked once per connection). The pool mode itself cannot be asked, so
+  // pgbouncer in session pooling gets `unnamed` too: say `prepared` there to
+  // keep LISTEN. A backend over your own pool (postgres_pool.hpp) is not
+  // probed: `automatic` is `prepared` there.
+  automatic,
+  // Named prepared statements (prepared once per connection), LISTEN/NOTIFY
+  // wake-ups, statement_timeout as a session setting. Behind a transaction
+  // pooler a statement then fails (SQLSTATE 26000 or 42P05) with an error
+  // that names `unnamed`.
+  prepared,
+  // For a transaction pooler: every statement unnamed (parse, bind, execute in
+  // one go; the same text and parameters), every setting local to its own
+  // statement's transaction (lock_timeout, synchronous_commit, and
+  // statement_timeout, pipelined in front of the statement in the same round
+  // trip), heartbeats committed synchronously (the server
+  // process may change between two heartbeats unseen, so one cannot vouch
+  // for the other), and wait_for_release polls the row with backoff instead
+  // of LISTEN.
+  unnamed,
+};
+
 struct PostgresOptions {
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
   // A statement whose bytes the server does not acknowledge within this time
@@ -41,6 +69,8 @@ struct PostgresOptions {
   // Stored with each grant for `status` to show (what the holder runs), unless
   // the request names one. The host and pid stored are this process's.
   std::string holder_command = {};
+  // See StatementMode.
+  StatementMode statement_mode = StatementMode::automatic;
 };
 
 // A source of connections the backend borrows instead of owning one: defined
@@ -83,7 +113,10 @@ class PostgresBackend {
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
   // The server session the last operation ran on: another after a reconnect
   // (our connection) or on another server process (a pool's), so a restart
-  // between two heartbeats shows (see BackendReportsSession).
+  // between two heartbeats shows (see BackendReportsSession). Behind a
+  // transaction pooler the server process may change under one connection
+  // unseen: StatementMode::unnamed commits heartbeats synchronously, so the
+  // mutex never needs one heartbeat to vouch for another there.
   [[nodiscard]] std::uint64_t session() const noexcept;
   // The server history the last operation ran on: another once a reconnect
   // reaches a server with another system identifier or timeline (a promoted
@@ -97,14 +130,20 @@ class PostgresBackend {
   [[nodiscard]] std::string server_identity() const;
 
   // Whether heartbeats commit without waiting for the WAL flush
-  // (PostgresOptions::heartbeat_synchronous_commit_off): a server crash may
-  // then forget the last ones, and the mutex keeps more margin.
+  // (PostgresOptions::heartbeat_synchronous_commit_off, and not
+  // StatementMode::unnamed): a server crash may then forget the last ones,
+  // and the mutex keeps more margin. In StatementMode::automatic the answer
+  // is final once connected (connect() first).
   [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept;
 
   // The NOTIFY channel on which release() announces that `lock` is free:
   // "pgmutex_<table oid>_<hash of the lock name>". It needs the server (the
   // table's oid, so every spelling of the table gives one channel).
   Result<std::string> release_channel(LockRef lock) noexcept;
+
+  // Whether statements go unnamed (StatementMode::unnamed, or automatic
+  // behind a pooler): final once connected.
+  [[nodiscard]] bool uses_unnamed_statements() const noexcept;
 
  private:
   struct Impl;
