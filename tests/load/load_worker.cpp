@@ -223,7 +223,11 @@ int run(int worker, int locks, int holds) {
           "SELECT EXISTS (SELECT 1 FROM load_holds WHERE lock_name = $1 AND worker = $2 AND seq = $3 AND fence = $4)",
           tally);
       if (w == Write::accepted) {
-        std::this_thread::sleep_for(std::chrono::microseconds(random() % 2000));  // the work under the lock
+        // The work under the lock: short, and one hold in 50 long enough that
+        // the driver's SIGKILL aimed at a holder often lands mid-hold.
+        const auto work = random() % 50 == 0 ? std::chrono::microseconds(100000)
+                                              : std::chrono::microseconds(random() % 2000);
+        std::this_thread::sleep_for(work);
         std::vector<std::string> end = key;
         end.push_back(std::to_string(now_ns()));
         w = fenced_write(resource, *guard,
