@@ -30,19 +30,32 @@ bool is_identifier(std::string_view part) {
 
 }  // namespace
 
+// Strict UTF-8, as Postgres checks it (pg_utf8_islegal): no overlong forms, no
+// surrogates, nothing above U+10FFFF. A name that passes here is one the server takes.
 std::optional<std::size_t> utf8_length(std::string_view text) noexcept {
   std::size_t count = 0;
   for (std::size_t i = 0; i < text.size();) {
     const auto lead = static_cast<unsigned char>(text[i]);
     std::size_t width = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the range of the second byte
     if (lead < 0x80) width = 1;
-    else if ((lead & 0xE0) == 0xC0 && lead >= 0xC2) width = 2;
-    else if ((lead & 0xF0) == 0xE0) width = 3;
-    else if ((lead & 0xF8) == 0xF0 && lead <= 0xF4) width = 4;
-    else return std::nullopt;
+    else if (lead >= 0xC2 && lead <= 0xDF) width = 2;
+    else if (lead >= 0xE0 && lead <= 0xEF) {
+      width = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong below U+0800
+      if (lead == 0xED) high = 0x9F;  // the surrogates U+D800..U+DFFF
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      width = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong below U+10000
+      if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
+    } else {
+      return std::nullopt;
+    }
     if (i + width > text.size()) return std::nullopt;
-    for (std::size_t k = 1; k < width; ++k)
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return std::nullopt;
+    for (std::size_t k = 1; k < width; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if (k == 1 ? (next < low || next > high) : (next & 0xC0) != 0x80) return std::nullopt;
+    }
     i += width;
     ++count;
   }

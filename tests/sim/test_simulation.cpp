@@ -2,8 +2,8 @@
 // component, virtual time, injected faults: failures, lost replies,
 // partitions, statements that hang until released, server restarts that
 // forget heartbeats committed asynchronously, clients whose clocks drift by
-// up to ±5% and that keep different stale thresholds, several locks in
-// several tables. After every step the safety invariants are checked, per lock:
+// up to ±5% and that each keep their own heartbeat interval, alert and stale
+// thresholds and safety margin, several locks in several tables. After every step the safety invariants are checked, per lock:
 //   - fences are granted in increasing order;
 //   - at most one instance believes it holds the lock, and the row is its own;
 //   - no instance believes it holds past its lease deadline (the row's age,
@@ -65,18 +65,23 @@ Outcome simulate(std::uint64_t seed) {
   std::vector<bool> hung(instance_count, false);
   std::vector<double> rate(instance_count);
   std::vector<double> lease_true_s(instance_count);  // the lease on the instance's clock, in true seconds at worst
-  // Each client keeps its own thresholds: a rival with a shorter one must not
-  // take the lock from a holder with a longer one before the holder gives up.
-  // The margin (a quarter) covers the ±5% drift besides an attempt and an interval.
+  // Each client keeps its own thresholds (heartbeat interval, alert, stale,
+  // safety margin): a rival with a shorter stale threshold must not take the
+  // lock from a holder with a longer one before the holder gives up. The
+  // margin (a quarter of stale, plus an interval) covers the ±5% drift besides
+  // an attempt and, with asynchronous heartbeats, a forgotten interval.
   static constexpr std::array<std::chrono::seconds, 4> stale_choices{60s, 120s, 300s, 600s};
+  static constexpr std::array<std::chrono::seconds, 3> interval_choices{5s, 10s, 15s};
   for (int i = 0; i < instance_count; ++i) {
     const auto stale = stale_choices[setup.below(stale_choices.size())];
+    const auto interval = interval_choices[setup.below(interval_choices.size())];
+    const auto alert = interval * static_cast<int>(setup.between(2, 3));
     rate[i] = 0.95 + static_cast<double>(setup.below(101)) / 1000.0;  // 0.950 .. 1.050
     const LockSpot spot = spots[static_cast<std::size_t>(i) % spots.size()];
     instances.push_back(sim.instance(Options{.lock_name = spot.name, .instance_id = "i" + std::to_string(i),
-                                             .table = spot.table, .heartbeat_interval = 10s,
-                                             .alert_threshold = 30s, .stale_threshold = stale,
-                                             .safety_margin = stale / 4},
+                                             .table = spot.table, .heartbeat_interval = interval,
+                                             .alert_threshold = alert, .stale_threshold = stale,
+                                             .safety_margin = stale / 4 + interval},
                                      NoMetrics{}, rate[i]));
     lease_true_s[i] = std::chrono::duration<double>(instances.back().options().lease()).count() / rate[i];
   }

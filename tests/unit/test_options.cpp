@@ -41,6 +41,10 @@ TEST_CASE("lock_name is 1..64 characters, counted as VARCHAR counts them", "[opt
   CHECK(validate(Options{.lock_name = accented, .instance_id = "a"}));
   CHECK_THAT(rejection(Options{.lock_name = accented + "x", .instance_id = "a"}), Catch::Contains("got 65"));
   CHECK_THAT(rejection(Options{.lock_name = "bad\xFF", .instance_id = "a"}), Catch::Contains("valid UTF-8"));
+  // What Postgres refuses as UTF-8 (found by tests/fuzz): overlong forms, surrogates, above U+10FFFF.
+  for (const char* invalid : {"\xC0\x80", "\xE0\x80\x80", "\xF0\x80\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80"})
+    CHECK_THAT(rejection(Options{.lock_name = invalid, .instance_id = "a"}), Catch::Contains("valid UTF-8"));
+  CHECK(utf8_length("\xED\x9F\xBF\xEE\x80\x80\xF4\x8F\xBF\xBF\xF0\x90\x80\x80") == 4u);  // U+D7FF U+E000 U+10FFFF U+10000
   CHECK_THAT(rejection(Options{.lock_name = std::string("a\0b", 3), .instance_id = "a"}), Catch::Contains("NUL"));
 }
 
