@@ -10,6 +10,7 @@
 
 #include "pgmutex/describe/record.hpp"
 #include "pgmutex/metrics/exposition.hpp"
+#include "record_exposition.hpp"
 #include "status_description.hpp"
 #include "terminal_text.hpp"
 
@@ -102,19 +103,6 @@ std::string column_of(const describe::Field& field) {
   return column;
 }
 
-// {lock="...",instance="..."}: the fields the description makes labels, plus `extra`.
-std::string labels_of(const LockStatus& status, std::string_view extra_name = {}, std::string_view extra_value = {}) {
-  std::string text;
-  describe::for_each_field(status, [&](const describe::Field& field, const auto& value) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, std::string>)
-      if (!field.label.empty())
-        text += (text.empty() ? "" : ",") + std::string(field.label) + "=\"" + exposition::escape_label(value) + "\"";
-  });
-  if (!extra_name.empty())
-    text += (text.empty() ? "" : ",") + std::string(extra_name) + "=\"" + exposition::escape_label(extra_value) + "\"";
-  return "{" + text + "}";
-}
-
 }  // namespace
 
 LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds) {
@@ -184,28 +172,11 @@ std::string format_prometheus(const StatusReport& report) {
   std::string out;
   const describe::Field& held = Description::held;
   exposition::family(out, held.metric, held.metric_type, held.doc);
-  for (const LockStatus& status : statuses) exposition::sample(out, held.metric, labels_of(status), 1);
+  for (const LockStatus& status : statuses) exposition::sample(out, held.metric, label_text(status), 1);
   if (statuses.empty() && report.lock)
     exposition::sample(out, held.metric, exposition::labels({{"lock", *report.lock}}), 0);
 
-  // Each metric the description names, in its order: one family, a sample per lock.
-  for (const describe::Field& field : Description::fields) {
-    if (field.metric.empty()) continue;
-    exposition::family(out, field.metric, field.metric_type, field.doc);
-    for (const LockStatus& status : statuses) {
-      describe::for_each_field(status, [&](const describe::Field& member, const auto& value) {
-        if (&member != &field) return;
-        using T = std::remove_cvref_t<decltype(value)>;
-        if constexpr (std::is_same_v<T, LockState>) {
-          for (const LockState state : {LockState::ok, LockState::alert, LockState::stale})
-            exposition::sample(out, field.metric, labels_of(status, field.label, to_string(state)),
-                               state == value ? 1 : 0);
-        } else if constexpr (std::is_arithmetic_v<T>) {
-          exposition::sample(out, field.metric, labels_of(status), static_cast<double>(value));
-        }
-      });
-    }
-  }
+  write_metrics<LockStatus>(out, statuses);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // What `pgmutex status` shows: each lock's state, as a table or as JSON.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -36,6 +37,7 @@ struct LockStatus {
 // stale threshold, alert at the alert threshold, else ok.
 [[nodiscard]] LockState state_of(const LockRow& row, const ThresholdArgs& thresholds) noexcept;
 [[nodiscard]] std::string_view to_string(LockState state) noexcept;
+constexpr std::array<LockState, 3> all_values(LockState) { return {LockState::ok, LockState::alert, LockState::stale}; }
 
 [[nodiscard]] LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds);
 
