@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -42,10 +43,15 @@ inline std::string number(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
   char buffer[40];
-  if (value == std::floor(value) && std::fabs(value) < 1e15)
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
     std::snprintf(buffer, sizeof buffer, "%.0f", value);
-  else
-    std::snprintf(buffer, sizeof buffer, "%.17g", value);
+    return buffer;
+  }
+  // The shortest that reads back as the same double: 0.0025, not 0.0025000000000000001.
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
   return buffer;
 }
 
