@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "pgmutex/options.hpp"
+
 namespace pgmutex::cli {
 
 struct ConnectionArgs {
@@ -18,6 +20,14 @@ struct ThresholdArgs {
   double alert_s;
   double stale_s;
 };
+
+// An Options member's flag and help, as its description (describe/options.hpp) gives them.
+struct FlagText {
+  std::string name;
+  std::string help;
+};
+[[nodiscard]] FlagText flag_of(std::string Options::*member);
+[[nodiscard]] FlagText flag_of(std::chrono::nanoseconds Options::*member);
 
 // --dsn (with PGMUTEX_DSN as fallback) and --table.
 void add_connection_options(CLI::App& command, ConnectionArgs& args);
@@ -38,7 +48,7 @@ void add_threshold_options(CLI::App& command, ThresholdArgs& args);
 [[nodiscard]] double to_seconds(std::chrono::nanoseconds duration);
 
 // The library names options as in Options ("alert_threshold"); the command
-// names them as flags ("--alert-threshold").
+// names them as flags ("--alert-threshold"), as the description says.
 [[nodiscard]] std::string in_flag_terms(std::string library_message);
 
 // Throws Exit(usage) unless alert < stale, by the library's own rule.

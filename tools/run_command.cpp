@@ -259,7 +259,10 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
   args->heartbeat_s = to_seconds(defaults.heartbeat_interval);
 
   CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock; exit 75 if the lock is taken");
-  run->add_option("--lock", args->lock, "name of the lock (1..64 characters)")
+  const FlagText lock = flag_of(&Options::lock_name);
+  const FlagText heartbeat = flag_of(&Options::heartbeat_interval);
+  const FlagText instance = flag_of(&Options::instance_id);
+  run->add_option(lock.name, args->lock, lock.help)
       ->required()
       ->type_name("NAME")
       ->check(lock_name_validator());
@@ -269,7 +272,7 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
                              ->check(seconds_validator())
                              ->needs(wait);
   add_threshold_options(*run, args->thresholds);
-  run->add_option("--heartbeat-interval", args->heartbeat_s, "seconds between heartbeats while the command runs")
+  run->add_option(heartbeat.name, args->heartbeat_s, heartbeat.help)
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
@@ -285,9 +288,7 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->capture_default_str()
       ->type_name("N")
       ->check(CLI::Range(0, 255));
-  run->add_option("--instance-id", args->instance_id,
-                  "this holder's id, as status shows it and PGMUTEX_INSTANCE gives it (1..64 characters; default "
-                  "<hostname>-<random>); unique per process")
+  run->add_option(instance.name, args->instance_id, instance.help + " and PGMUTEX_INSTANCE gives it (default <hostname>-<random>)")
       ->type_name("ID");
   run->add_option("--metrics-file", args->metrics_file,
                   "when pgmutex exits, however it exits, write the run's metrics (times, exit code, lock wait and "

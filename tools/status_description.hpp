@@ -32,7 +32,7 @@ struct Description<cli::LockStatus> {
        .metric_type = "gauge"},
       {.name = "state",
        .doc = "ok, alert (no heartbeat for the alert threshold) or stale (none for the stale threshold: reclaimable); "
-              "1 for the lock's state, 0 for the others",
+              "as a metric, 1 for the lock's state and 0 for the others",
        .metric = "pgmutex_lock_state",
        .metric_type = "gauge",
        .label = "state"},

@@ -24,12 +24,12 @@ template <template <class> class Defaulted>
 struct Description<BasicOptions<Defaulted>> {
   static constexpr std::array<Field, 9> fields = {{
       {.name = "lock_name",
-       .doc = "the lock's name",
+       .doc = "the lock's name, 1..64 characters",
        .flag = "--lock",
        .default_text = "(required)",
        .rule = "1..64 characters, counted as `VARCHAR(64)` counts them (code points of valid UTF-8)"},
       {.name = "instance_id",
-       .doc = "this holder's id, as status shows it",
+       .doc = "this holder's id, 1..64 characters, unique per process, as status shows it",
        .flag = "--instance-id",
        .default_text = "`<hostname>-<8 random hex digits>`",
        .rule = "1..64 characters; unique per process"},
