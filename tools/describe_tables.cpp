@@ -1,5 +1,6 @@
 // describe_tables NAME: the README's table NAME, in Markdown, made from the
-// records' descriptions. describe_tables --list: the names. The README keeps
+// records' descriptions, or for flags, from the flags the command registers
+// (whose names, help and defaults come from those descriptions). describe_tables --list: the names. The README keeps
 // each table between <!-- describe:NAME:begin --> and <!-- describe:NAME:end -->,
 // and tests/readme_tables.py fails with a diff if the two differ.
 #include <chrono>
@@ -10,6 +11,9 @@
 #include <string>
 #include <type_traits>
 
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
 #include "pgmutex/describe/lock_metrics.hpp"
 #include "pgmutex/describe/options.hpp"
 #include "pgmutex/describe/record.hpp"
@@ -84,9 +88,35 @@ std::string metrics_table(std::span<const describe::Field> extra = {}, std::stri
   return out;
 }
 
+// A subcommand's flags, as the command registers them: names, value, default, help.
+std::string flags_table(const std::string& subcommand) {
+  CLI::App app;
+  if (subcommand == "run") (void)pgmutex::cli::add_run_command(app, true);
+  else (void)pgmutex::cli::add_status_command(app);
+  std::string out = "| flag | default | meaning |\n|---|---|---|\n";
+  for (const CLI::Option* option : app.get_subcommand(subcommand)->get_options()) {
+    if (option->get_name() == "--help" || option->get_positional()) continue;
+    std::string names;
+    for (const std::string& name : option->get_snames()) names += (names.empty() ? "" : ", ") + code("-" + name);
+    for (const std::string& name : option->get_lnames()) {
+      const std::string value = option->get_type_name().empty() || option->get_type_name().find(':') == 0
+                                    ? ""
+                                    : " " + option->get_type_name().substr(0, option->get_type_name().find(':'));
+      names += (names.empty() ? "" : ", ") + code("--" + name + value);
+    }
+    std::string fallback = option->get_required() ? "required" : option->get_default_str();
+    if (fallback.empty()) fallback = option->get_type_name().empty() ? "off" : "none";
+    if (!option->get_envname().empty()) fallback += ", or $" + option->get_envname();
+    out += "| " + names + " | " + fallback + " | " + option->get_description() + " |\n";
+  }
+  return out;
+}
+
 const std::map<std::string, std::function<std::string()>>& tables() {
   static const std::map<std::string, std::function<std::string()>> all = {
       {"options", options_table},
+      {"run-flags", [] { return flags_table("run"); }},
+      {"status-flags", [] { return flags_table("status"); }},
       {"status", status_table},
       {"status-metrics",
        [] {
