@@ -23,6 +23,7 @@ bool write_all(int fd, const std::string& text) {
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;
     if (n <= 0) return false;
     done += static_cast<std::size_t>(n);
   }
@@ -98,14 +99,14 @@ void RunMetricsFile::write(int exit_code) noexcept {
       text = format_run_report(report_);
     }
     const std::string temporary = temporary_name(path_);
+    int error = 0;  // the first failure's errno
     const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool ok = fd >= 0 && write_all(fd, text) && ::fsync(fd) == 0;
-    const int saved = errno;
-    if (fd >= 0) ok = ::close(fd) == 0 && ok;
-    if (ok) ok = ::rename(temporary.c_str(), path_.c_str()) == 0;
-    if (!ok) {
+    if (fd < 0 || !write_all(fd, text) || ::fsync(fd) != 0) error = errno;
+    if (fd >= 0 && ::close(fd) != 0 && error == 0) error = errno;
+    if (error == 0 && ::rename(temporary.c_str(), path_.c_str()) != 0) error = errno;
+    if (error != 0) {
       const std::string line = "pgmutex: warning: could not write the metrics file " + shown(path_) + ": " +
-                               std::strerror(errno != 0 ? errno : saved) + "\n";
+                               std::strerror(error) + "\n";
       [[maybe_unused]] const auto n = ::write(STDERR_FILENO, line.data(), line.size());
       ::unlink(temporary.c_str());
     }

@@ -91,6 +91,10 @@ python3 -c "import sys; s,e,d,w,b,a=map(float,sys.argv[1:]); sys.exit(0 if b<=s<
 leftovers=$(find "$WORK/textfile" -name '*.tmp' | wc -l)
 equal "$leftovers" "0" "no temporary file left beside it"
 
+# A file that cannot be written is a warning; the exit code stays the run's.
+expect 0 "a metrics file in a missing folder" pgm run --lock ok-job --metrics-file "$WORK/missing/x.prom" -- true
+contains "$ERR" "warning: could not write the metrics file $WORK/missing/x.prom: No such file or directory" "says so"
+
 # --- taken: exit 75 -----------------------------------------------------------
 taken_file="$WORK/textfile/taken.prom"
 expect 75 "a run that finds the lock taken" pgm run --lock held-job --instance-id contender --metrics-file "$taken_file" -- true
