@@ -114,12 +114,17 @@ std::string in_flag_terms(std::string message) {
 
 FlagText flag_of(std::string Options::*member) {
   const describe::Field& field = describe::field_of(member);
-  return {std::string(field.flag), std::string(field.doc)};
+  return {std::string(field.flag), std::string(field.doc), std::string(field.name)};
+}
+
+FlagText flag_of(std::optional<std::chrono::nanoseconds> Options::*member) {
+  const describe::Field& field = describe::field_of(member);
+  return {std::string(field.flag), std::string(field.doc), std::string(field.name)};
 }
 
 FlagText flag_of(std::chrono::nanoseconds Options::*member) {
   const describe::Field& field = describe::field_of(member);
-  return {std::string(field.flag), std::string(field.doc)};
+  return {std::string(field.flag), std::string(field.doc), std::string(field.name)};
 }
 
 }  // namespace pgmutex::cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -23,11 +24,13 @@ struct ThresholdArgs {
 
 // An Options member's flag and help, as its description (describe/options.hpp) gives them.
 struct FlagText {
-  std::string name;
+  std::string name;    // "--alert-threshold", or words ("the safety margin") for an option without a flag
   std::string help;
+  std::string option;  // the library's name: "alert_threshold"
 };
 [[nodiscard]] FlagText flag_of(std::string Options::*member);
 [[nodiscard]] FlagText flag_of(std::chrono::nanoseconds Options::*member);
+[[nodiscard]] FlagText flag_of(std::optional<std::chrono::nanoseconds> Options::*member);
 
 // --dsn (with PGMUTEX_DSN as fallback) and --table.
 void add_connection_options(CLI::App& command, ConnectionArgs& args);

@@ -94,7 +94,7 @@ void check_usage(const RunArgs& args) {
     throw Exit(exit_code::usage, "run: no command after '--': pgmutex run --lock NAME -- COMMAND [ARGS...]");
   if (auto valid = validate(lock_options(args).options, run_backend_traits); !valid) {
     const std::string& rule = valid.error().detail;
-    const bool margin = rule.find("safety_margin") != std::string::npos;
+    const bool margin = rule.find(flag_of(&Options::safety_margin).option) != std::string::npos;
     throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
                                      (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
   }
