@@ -42,6 +42,7 @@ void with_metrics(pgmutex::PostgresBackend backend, pgmutex::Options options) {
     void stale_reclaimed(std::string_view lock_name, std::string_view instance_id, std::string_view previous_holder) {}
     void alert(std::string_view lock_name, std::string_view holder, double seconds_since_heartbeat) {}
     void heartbeat_latency(std::string_view lock_name, std::string_view instance_id, double seconds) {}
+    void acquire_latency(std::string_view lock_name, std::string_view instance_id, double seconds) {}
     void lost(std::string_view lock_name, std::string_view instance_id, const pgmutex::Error& reason) {}
     void heartbeat_failed(std::string_view lock_name, std::string_view instance_id, const pgmutex::Error& error) {}
   };

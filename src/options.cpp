@@ -5,6 +5,12 @@
 #include <array>
 #include <cstdio>
 #include <random>
+#include <type_traits>
+
+#include <boost/hana/zip.hpp>
+
+#include "pgmutex/describe/options.hpp"
+#include "pgmutex/describe/record.hpp"
 
 namespace pgmutex {
 namespace {
@@ -101,48 +107,83 @@ std::string default_instance_id() {
   return hostname + suffix.data();
 }
 
+namespace {
+
+// An option's name as the description spells it: every message names options this way.
+template <class T>
+std::string name(T Options::*member) {
+  return std::string(describe::field_of(member).name);
+}
+
+// The filled-in Options, member by member as the description lists them.
+ValidOptions filled_in(Options&& o) {
+  ValidOptions valid;
+  boost::hana::for_each(
+      boost::hana::zip(boost::hana::accessors<Options>(), boost::hana::accessors<ValidOptions>()), [&](auto pair) {
+        auto& from = boost::hana::second(boost::hana::at_c<0>(pair))(o);
+        auto& to = boost::hana::second(boost::hana::at_c<1>(pair))(valid);
+        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(from)>, std::remove_cvref_t<decltype(to)>>)
+          to = std::move(from);
+        else
+          to = std::move(from).value();  // validate() filled in every default
+      });
+  return valid;
+}
+
+}  // namespace
+
 Result<ValidOptions> validate(Options o, BackendTraits backend) {
-  if (auto r = validate_lock_name(o.lock_name); !r) return tl::unexpected(r.error());
+  const std::string heartbeat_interval = name(&Options::heartbeat_interval);
+  const std::string alert_threshold = name(&Options::alert_threshold);
+  const std::string stale_threshold = name(&Options::stale_threshold);
+  const std::string poll_interval = name(&Options::poll_interval);
+  const std::string safety_margin = name(&Options::safety_margin);
+  const std::string heartbeat_timeout = name(&Options::heartbeat_timeout);
+
+  if (auto r = validate_lock_name(o.lock_name, name(&Options::lock_name)); !r) return tl::unexpected(r.error());
   if (o.instance_id.empty()) o.instance_id = default_instance_id();
-  if (auto r = validate_lock_name(o.instance_id, "instance_id"); !r) return tl::unexpected(r.error());
+  if (auto r = validate_lock_name(o.instance_id, name(&Options::instance_id)); !r) return tl::unexpected(r.error());
   if (auto r = validate_table_name(o.table); !r) return tl::unexpected(r.error());
 
   using std::chrono::nanoseconds;
   if (o.heartbeat_interval <= nanoseconds::zero())
-    return fail(Errc::invalid_argument, "heartbeat_interval must be > 0, got " + seconds_text(o.heartbeat_interval));
+    return fail(Errc::invalid_argument, heartbeat_interval + " must be > 0, got " + seconds_text(o.heartbeat_interval));
   if (o.poll_interval <= nanoseconds::zero())
-    return fail(Errc::invalid_argument, "poll_interval must be > 0, got " + seconds_text(o.poll_interval));
+    return fail(Errc::invalid_argument, poll_interval + " must be > 0, got " + seconds_text(o.poll_interval));
   if (!(o.heartbeat_interval < o.alert_threshold))
-    return fail(Errc::invalid_argument, "heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
-                                            ") must be < alert_threshold (" + seconds_text(o.alert_threshold) + ")");
+    return fail(Errc::invalid_argument, heartbeat_interval + " (" + seconds_text(o.heartbeat_interval) + ") must be < " +
+                                            alert_threshold + " (" + seconds_text(o.alert_threshold) + ")");
   if (!(o.alert_threshold < o.stale_threshold))
-    return fail(Errc::invalid_argument, "alert_threshold (" + seconds_text(o.alert_threshold) +
-                                            ") must be < stale_threshold (" + seconds_text(o.stale_threshold) + ")");
+    return fail(Errc::invalid_argument, alert_threshold + " (" + seconds_text(o.alert_threshold) + ") must be < " +
+                                            stale_threshold + " (" + seconds_text(o.stale_threshold) + ")");
   const nanoseconds most_margin = (o.stale_threshold - o.heartbeat_interval) / 2;
   const nanoseconds margin = o.safety_margin.value_or(
       std::min(std::max(o.stale_threshold / 10, o.heartbeat_interval * 3 / 2), most_margin));
   if (margin <= nanoseconds::zero())
-    return fail(Errc::invalid_argument, "safety_margin must be > 0, got " + seconds_text(margin));
+    return fail(Errc::invalid_argument, safety_margin + " must be > 0, got " + seconds_text(margin));
   if (!(o.stale_threshold - margin > o.heartbeat_interval))
-    return fail(Errc::invalid_argument, "stale_threshold - safety_margin (" + seconds_text(o.stale_threshold - margin) +
-                                            ") must be > heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
+    return fail(Errc::invalid_argument, stale_threshold + " - " + safety_margin + " (" +
+                                            seconds_text(o.stale_threshold - margin) + ") must be > " +
+                                            heartbeat_interval + " (" + seconds_text(o.heartbeat_interval) +
                                             "), or the holder's watchdog fires before its first heartbeat");
   const nanoseconds attempt = o.heartbeat_timeout.value_or(std::min<nanoseconds>(margin / 3, std::chrono::seconds(10)));
   if (attempt <= nanoseconds::zero())
-    return fail(Errc::invalid_argument, "heartbeat_timeout must be > 0, got " + seconds_text(attempt));
+    return fail(Errc::invalid_argument, heartbeat_timeout + " must be > 0, got " + seconds_text(attempt));
   // A heartbeat sent just before the lease ends may take a whole attempt to
   // fail; an acknowledged one that the server forgets (asynchronous commit)
   // leaves the row one interval older than the holder believes.
   const nanoseconds needed = attempt + (backend.heartbeat_commits_asynchronously ? o.heartbeat_interval : nanoseconds::zero());
   if (margin < needed) {
-    std::string rule = "safety_margin (" + seconds_text(margin) + ") must be >= heartbeat_timeout (" + seconds_text(attempt) + ")";
+    std::string rule = safety_margin + " (" + seconds_text(margin) + ") must be >= " + heartbeat_timeout + " (" +
+                       seconds_text(attempt) + ")";
     if (backend.heartbeat_commits_asynchronously)
-      rule += " + heartbeat_interval (" + seconds_text(o.heartbeat_interval) +
+      rule += " + " + heartbeat_interval + " (" + seconds_text(o.heartbeat_interval) +
               ", since heartbeats commit asynchronously) = " + seconds_text(needed);
     return fail(Errc::invalid_argument, rule + ": one heartbeat attempt must end before anyone may reclaim");
   }
-  return ValidOptions{std::move(o.lock_name), std::move(o.instance_id), std::move(o.table), o.heartbeat_interval,
-                      o.alert_threshold,      o.stale_threshold,         o.poll_interval, margin, attempt};
+  o.safety_margin = margin;
+  o.heartbeat_timeout = attempt;
+  return filled_in(std::move(o));
 }
 
 }  // namespace pgmutex

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "exit_codes.hpp"
+#include "pgmutex/describe/options.hpp"
+#include "pgmutex/describe/record.hpp"
 #include "pgmutex/options.hpp"
 
 namespace pgmutex::cli {
@@ -22,7 +24,8 @@ void add_connection_options(CLI::App& command, ConnectionArgs& args) {
       ->envname("PGMUTEX_DSN")
       ->type_name("DSN");
   args.table = Options{}.table;
-  command.add_option("--table", args.table, "lock table")
+  const FlagText table = flag_of(&Options::table);
+  command.add_option(table.name, args.table, table.help)
       ->capture_default_str()
       ->type_name("TABLE")
       ->check(table_name_validator());
@@ -41,13 +44,13 @@ void add_threshold_options(CLI::App& command, ThresholdArgs& args) {
   const Options defaults;
   args.alert_s = to_seconds(defaults.alert_threshold);
   args.stale_s = to_seconds(defaults.stale_threshold);
-  command.add_option("--alert-threshold", args.alert_s, "seconds without a heartbeat before a holder is 'alert'")
+  const FlagText alert = flag_of(&Options::alert_threshold);
+  const FlagText stale = flag_of(&Options::stale_threshold);
+  command.add_option(alert.name, args.alert_s, alert.help)
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
-  command
-      .add_option("--stale-threshold", args.stale_s,
-                  "seconds without a heartbeat before a lock is 'stale' and may be reclaimed")
+  command.add_option(stale.name, args.stale_s, stale.help)
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
@@ -106,17 +109,31 @@ void check_threshold_order(const ThresholdArgs& thresholds) {
 }
 
 std::string in_flag_terms(std::string message) {
-  static constexpr std::pair<std::string_view, std::string_view> names[] = {
-      {"heartbeat_interval", "--heartbeat-interval"}, {"alert_threshold", "--alert-threshold"},
-      {"stale_threshold", "--stale-threshold"},       {"lock_name", "--lock"},
-      {"instance_id", "--instance-id"},
-      {"safety_margin", "the safety margin"},         {"heartbeat_timeout", "one heartbeat attempt's timeout"},
-  };
-  for (const auto& [library, flag] : names) {
-    for (auto at = message.find(library); at != std::string::npos; at = message.find(library, at + flag.size()))
-      message.replace(at, library.size(), flag);
+  const auto word = [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; };
+  for (const describe::Field& field : describe::Description<Options>::fields) {
+    if (field.flag.empty()) continue;
+    for (auto at = message.find(field.name); at != std::string::npos; at = message.find(field.name, at + 1)) {
+      const std::size_t end = at + field.name.size();
+      if ((at > 0 && word(message[at - 1])) || (end < message.size() && word(message[end]))) continue;
+      message.replace(at, field.name.size(), field.flag);
+    }
   }
   return message;
+}
+
+FlagText flag_of(std::string Options::*member) {
+  const describe::Field& field = describe::field_of(member);
+  return {std::string(field.flag), std::string(field.doc), std::string(field.name)};
+}
+
+FlagText flag_of(std::optional<std::chrono::nanoseconds> Options::*member) {
+  const describe::Field& field = describe::field_of(member);
+  return {std::string(field.flag), std::string(field.doc), std::string(field.name)};
+}
+
+FlagText flag_of(std::chrono::nanoseconds Options::*member) {
+  const describe::Field& field = describe::field_of(member);
+  return {std::string(field.flag), std::string(field.doc), std::string(field.name)};
 }
 
 }  // namespace pgmutex::cli

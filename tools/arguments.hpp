@@ -3,9 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "pgmutex/options.hpp"
 
 namespace pgmutex::cli {
 
@@ -21,6 +24,16 @@ struct ThresholdArgs {
   double alert_s;
   double stale_s;
 };
+
+// An Options member's flag and help, as its description (describe/options.hpp) gives them.
+struct FlagText {
+  std::string name;    // "--alert-threshold", or words ("the safety margin") for an option without a flag
+  std::string help;
+  std::string option;  // the library's name: "alert_threshold"
+};
+[[nodiscard]] FlagText flag_of(std::string Options::*member);
+[[nodiscard]] FlagText flag_of(std::chrono::nanoseconds Options::*member);
+[[nodiscard]] FlagText flag_of(std::optional<std::chrono::nanoseconds> Options::*member);
 
 // --dsn (with PGMUTEX_DSN as fallback), --table and --statement-mode (with
 // PGMUTEX_STATEMENT_MODE as fallback).
@@ -42,7 +55,7 @@ void add_threshold_options(CLI::App& command, ThresholdArgs& args);
 [[nodiscard]] double to_seconds(std::chrono::nanoseconds duration);
 
 // The library names options as in Options ("alert_threshold"); the command
-// names them as flags ("--alert-threshold").
+// names them as flags ("--alert-threshold"), as the description says.
 [[nodiscard]] std::string in_flag_terms(std::string library_message);
 
 // Throws Exit(usage) unless alert < stale, by the library's own rule.

@@ -5,13 +5,14 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "exit_codes.hpp"
 
 namespace pgmutex::cli {
 
-InterruptWatch::InterruptWatch(SignalReader& signals)
-    : signals_(signals), thread_([this](const std::stop_token& stop) { watch(stop); }) {}
+InterruptWatch::InterruptWatch(SignalReader& signals, std::function<void(int)> before_exit)
+    : signals_(signals), before_exit_(std::move(before_exit)), thread_([this](const std::stop_token& stop) { watch(stop); }) {}
 
 InterruptWatch::~InterruptWatch() { finish(); }
 
@@ -36,6 +37,7 @@ void InterruptWatch::watch(const std::stop_token& stop) {
         // Connecting: nothing to release, so stop now, as a shell's job would.
         const std::string line = std::string("pgmutex: interrupted by SIG") + signal_name(signo) + "\n";
         [[maybe_unused]] const auto n = ::write(STDERR_FILENO, line.data(), line.size());
+        if (before_exit_) before_exit_(exit_code::signal_base + signo);
         std::_Exit(exit_code::signal_base + signo);
       }
       int none = 0;

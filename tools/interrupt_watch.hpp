@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <stop_token>
 #include <thread>
 
@@ -15,7 +16,8 @@ class InterruptWatch {
  public:
   // While connecting nothing is held, so an interrupt ends the program at
   // once (exit 128 + N); once waiting for the lock, it cancels the wait.
-  explicit InterruptWatch(SignalReader& signals);
+  // `before_exit` runs, on the watching thread, just before such an exit, with its code.
+  explicit InterruptWatch(SignalReader& signals, std::function<void(int exit_code)> before_exit = {});
   ~InterruptWatch();
   InterruptWatch(const InterruptWatch&) = delete;
   InterruptWatch& operator=(const InterruptWatch&) = delete;
@@ -34,6 +36,7 @@ class InterruptWatch {
   void watch(const std::stop_token& stop);
 
   SignalReader& signals_;
+  std::function<void(int)> before_exit_;
   Wakeup wakeup_;
   std::stop_source cancel_;
   std::atomic<bool> waiting_{false};

@@ -19,6 +19,7 @@
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
 #include "process_group.hpp"
+#include "run_report.hpp"
 #include "safety_margin.hpp"
 #include "signals.hpp"
 #include "status_format.hpp"
@@ -45,6 +46,7 @@ struct RunArgs {
   bool quiet = false;
   int conflict_exit_code = exit_code::temporary;
   std::string instance_id;
+  std::string metrics_file;
 };
 
 // The command as `status` shows it: its words joined, cut to a readable length
@@ -92,7 +94,7 @@ void check_usage(const RunArgs& args) {
     throw Exit(exit_code::usage, "run: no command after '--': pgmutex run --lock NAME -- COMMAND [ARGS...]");
   if (auto valid = validate(lock_options(args).options, run_backend_traits); !valid) {
     const std::string& rule = valid.error().detail;
-    const bool margin = rule.find("safety_margin") != std::string::npos;
+    const bool margin = rule.find(flag_of(&Options::safety_margin).option) != std::string::npos;
     throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
                                      (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
   }
@@ -135,7 +137,8 @@ std::optional<LockRow> holder_of(RunMutex& mutex, const Guard& empty) {
   return seen;
 }
 
-Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts) {
+Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts, RunMetricsFile& report) {
+  report.wait_started();
   interrupts.start_waiting();
   auto guard = args.wait ? mutex.acquire(nothrow,
                                          args.timeout_option->count() > 0
@@ -145,19 +148,22 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
                          : mutex.try_acquire(nothrow);
   interrupts.finish();
   if (!guard) exit_with(guard.error(), "run", args.connection);
+  if (*guard) report.wait_ended(LockOutcome::acquired, guard->fence());
+  else if (guard->why() == Errc::lock_held || guard->why() == Errc::timeout) report.wait_ended(LockOutcome::taken);
+  else report.wait_ended(LockOutcome::none);  // an interrupt cancelled the wait
   if (const int signo = interrupts.interrupted_by(); signo != 0)
     exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + shown(args.lock) + "'");
   if (!*guard) exit_taken(args, args.quiet ? std::nullopt : holder_of(mutex, *guard), guard->why() == Errc::timeout);
   return std::move(*guard);
 }
 
-int execute(RunArgs& args) {
+int execute(RunArgs& args, RunMetricsFile& report) {
   check_usage(args);
 
   // Before any thread exists, so that every thread inherits the mask.
   block_supervised_signals();
   SignalReader signals;
-  InterruptWatch interrupts(signals);
+  InterruptWatch interrupts(signals, [&report](int code) { report.write(code); });
 
   // A heartbeat stuck in the network (its statement, then one reconnect)
   // must fail within one attempt's timeout, which the safety margin covers.
@@ -173,7 +179,8 @@ int execute(RunArgs& args) {
                                   LockEvents{.report_alerts = args.wait});
   if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
-  Guard guard = take_lock(mutex, args, interrupts);
+  report.set_instance(mutex.instance_id());
+  Guard guard = take_lock(mutex, args, interrupts, report);
 
   // Only a holder warns: a contender that exits 75 has no command to stop.
   if (!plan.shortfall.empty()) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());
@@ -229,6 +236,7 @@ int execute(RunArgs& args) {
   // Lost while the command ran, even if the command ended in the same moment:
   // it may have run beside another holder, and the exit code says so.
   if (outcome.lease_lost || guard.lost()) {
+    report.lost();
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
     throw Exit(exit_code::lost, "lock '" + shown(args.lock) + "' was lost while the command ran; " +
                                         (outcome.killed_after_grace
@@ -251,7 +259,10 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
   args->heartbeat_s = to_seconds(defaults.heartbeat_interval);
 
   CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock; exit 75 if the lock is taken");
-  run->add_option("--lock", args->lock, "name of the lock (1..64 characters)")
+  const FlagText lock = flag_of(&Options::lock_name);
+  const FlagText heartbeat = flag_of(&Options::heartbeat_interval);
+  const FlagText instance = flag_of(&Options::instance_id);
+  run->add_option(lock.name, args->lock, lock.help)
       ->required()
       ->type_name("NAME")
       ->check(lock_name_validator());
@@ -261,7 +272,7 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
                              ->check(seconds_validator())
                              ->needs(wait);
   add_threshold_options(*run, args->thresholds);
-  run->add_option("--heartbeat-interval", args->heartbeat_s, "seconds between heartbeats while the command runs")
+  run->add_option(heartbeat.name, args->heartbeat_s, heartbeat.help)
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
@@ -277,10 +288,13 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->capture_default_str()
       ->type_name("N")
       ->check(CLI::Range(0, 255));
-  run->add_option("--instance-id", args->instance_id,
-                  "this holder's id, as status shows it and PGMUTEX_INSTANCE gives it (1..64 characters; default "
-                  "<hostname>-<random>); unique per process")
+  run->add_option(instance.name, args->instance_id, instance.help + " and PGMUTEX_INSTANCE gives it (default <hostname>-<random>)")
       ->type_name("ID");
+  run->add_option("--metrics-file", args->metrics_file,
+                  "when pgmutex exits, however it exits, write the run's metrics (times, exit code, lock wait and "
+                  "outcome, fence) to PATH in the Prometheus text format, atomically (for node_exporter's textfile "
+                  "collector: PATH ends in .prom)")
+      ->type_name("PATH");
   add_connection_options(*run, args->connection);
   run->add_option("COMMAND", args->command, "the command and its arguments, after --")->type_name("");
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
@@ -297,7 +311,22 @@ Examples:
   pgmutex run --lock nightly-report -- ./report.sh
   pgmutex run --lock deploy --wait --timeout 300 -- make deploy
   */5 * * * *  pgmutex run --lock sync --quiet -E 0 --dsn 'host=db user=cron' -- /opt/sync)");
-  return [args] { return execute(*args); };
+  return [args] {
+    // Every way out writes the report: the command's code, 75, 70, an
+    // interrupt (128+N), a usage or connection error, an internal error.
+    RunMetricsFile report(args->metrics_file, args->lock, args->instance_id);
+    try {
+      const int code = execute(*args, report);
+      report.write(code);
+      return code;
+    } catch (const Exit& exit) {
+      report.write(exit.code());
+      throw;
+    } catch (...) {
+      report.write(exit_code::internal);
+      throw;
+    }
+  };
 }
 
 }  // namespace pgmutex::cli

@@ -1,4 +1,4 @@
-// pgmutex status [NAME] [--json | --check]: who holds what, and how late their heartbeats are.
+// pgmutex status [NAME] [--json | --format text|json|prometheus | --check]: who holds what, and how late their heartbeats are.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -18,13 +18,15 @@ struct StatusArgs {
   ThresholdArgs thresholds{};
   std::string lock;
   bool json = false;
+  std::string format = "text";
   bool check = false;
 };
 
 // --check: whatever goes wrong is UNKNOWN (3), said in the one line on stdout
 // that a monitoring system reads.
 int check(const StatusArgs& args) {
-  if (args.json) throw Exit(exit_code::usage, "status: --check and --json do not go together");
+  if (args.json || args.format != "text")
+    throw Exit(exit_code::usage, "status: --check and --json or --format do not go together");
   if (args.lock.empty()) throw Exit(exit_code::usage, "status --check needs a lock NAME: pgmutex status --check NAME");
   check_threshold_order(args.thresholds);
   CheckResult result{check_code::unknown, ""};
@@ -58,8 +60,11 @@ int execute(const StatusArgs& args) {
     report.rows = std::move(*rows);
   }
 
-  if (args.json)
+  const std::string format = args.json ? "json" : args.format;
+  if (format == "json")
     std::cout << to_json(report).dump(2) << '\n';
+  else if (format == "prometheus")
+    std::cout << format_prometheus(report);
   else
     std::cout << format_text(report);
   std::cout.flush();
@@ -72,7 +77,14 @@ CommandRunner add_status_command(CLI::App& app) {
   auto args = std::make_shared<StatusArgs>();
   CLI::App* status = app.add_subcommand("status", "Show held locks: holder, fence, heartbeat age, ok/alert/stale");
   status->add_option("name", args->lock, "show only this lock")->type_name("NAME")->check(lock_name_validator());
-  status->add_flag("--json", args->json, "print JSON instead of a table");
+  CLI::Option* json = status->add_flag("--json", args->json, "print JSON instead of a table (as --format json)");
+  status->add_option("--format", args->format,
+                     "text (a table), json, or prometheus (the text exposition format, for node_exporter's textfile "
+                     "collector or a scrape)")
+      ->capture_default_str()
+      ->type_name("FORMAT")
+      ->check(CLI::IsMember({"text", "json", "prometheus"}))
+      ->excludes(json);
   status->add_flag("--check", args->check,
                    "monitoring: one line on stdout; exit 0 ok or free, 1 alert, 2 stale, 3 unknown (cannot tell)");
   add_threshold_options(*status, args->thresholds);
@@ -84,6 +96,8 @@ may reclaim it). Ages come from the server's clock.
 Examples:
   pgmutex status
   pgmutex status nightly-report --json | jq '.locks[0].state'
+  pgmutex status --format prometheus > /var/lib/node_exporter/textfile/pgmutex.prom.$$ &&
+    mv /var/lib/node_exporter/textfile/pgmutex.prom.$$ /var/lib/node_exporter/textfile/pgmutex.prom
   pgmutex status --alert-threshold 60 --stale-threshold 900
   pgmutex status --check nightly-report     # a Nagios/Icinga check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)");
   return [args] { return execute(*args); };

@@ -4,8 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
+#include <type_traits>
 
+#include "pgmutex/describe/record.hpp"
+#include "pgmutex/metrics/exposition.hpp"
+#include "record_exposition.hpp"
+#include "status_description.hpp"
 #include "terminal_text.hpp"
 
 namespace pgmutex::cli {
@@ -60,22 +66,73 @@ std::string holder_text(const LockRow& row) {
   return where.empty() ? shown(row.instance_id) : shown(row.instance_id) + " (" + where + ")";
 }
 
+namespace {
+
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// A value as the text table shows it: names escaped, ages in seconds with one decimal.
+std::string text_of(const std::string& text) { return shown(text); }
+std::string text_of(std::int64_t number) { return std::to_string(number); }
+std::string text_of(double seconds) { return age_text(seconds); }
+std::string text_of(LockState state) { return std::string(to_string(state)); }
+std::string text_of(std::chrono::system_clock::time_point when) { return iso8601(when); }
+template <class T>
+std::string text_of(const std::optional<T>& value) {
+  // Unrecorded details (a seed-made row) show as "-", so every line keeps its columns.
+  return value ? text_of(*value) : "-";
+}
+
+// A value as JSON has it: the exact text; null for what was not recorded.
+nlohmann::json json_of(const std::string& text) { return text; }
+nlohmann::json json_of(std::int64_t number) { return number; }
+nlohmann::json json_of(double seconds) { return seconds; }
+nlohmann::json json_of(LockState state) { return to_string(state); }
+nlohmann::json json_of(std::chrono::system_clock::time_point when) { return iso8601(when); }
+template <class T>
+nlohmann::json json_of(const std::optional<T>& value) {
+  return value ? json_of(*value) : nlohmann::json(nullptr);
+}
+
+std::string column_of(const describe::Field& field) {
+  if (!field.column.empty()) return std::string(field.column);
+  std::string column(describe::key_of(field));
+  for (char& c : column) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return column;
+}
+
+}  // namespace
+
+LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds) {
+  LockStatus status;
+  status.lock = row.lock_name;
+  status.instance = row.instance_id;
+  status.fence = row.fence;
+  status.acquired_at = row.acquired_at;
+  status.seconds_since_heartbeat = row.seconds_since_heartbeat;
+  status.state = state_of(row, thresholds);
+  if (!row.holder_host.empty()) status.host = row.holder_host;
+  if (row.holder_pid != 0) status.pid = row.holder_pid;
+  if (!row.holder_command.empty()) status.command = row.holder_command;
+  return status;
+}
+
 std::string format_text(const StatusReport& report) {
   if (report.rows.empty()) {
     if (report.lock) return "lock '" + shown(*report.lock) + "' is not held\n";
     return "no locks held in table " + report.table + "\n";
   }
-  constexpr std::size_t columns = 9;
-  const std::array<std::string, columns> header = {"LOCK",          "INSTANCE", "FENCE", "ACQUIRED_AT", "HEARTBEAT_AGE",
-                                                   "STATE",         "HOST",     "PID",   "COMMAND"};
-  std::vector<std::array<std::string, columns>> lines{header};
-  // Unrecorded details (a seed-made row) show as "-", so every line keeps its columns.
-  const auto or_dash = [](std::string text) { return text.empty() ? std::string("-") : text; };
-  for (const LockRow& row : report.rows)
-    lines.push_back({shown(row.lock_name), shown(row.instance_id), std::to_string(row.fence), iso8601(row.acquired_at),
-                     age_text(row.seconds_since_heartbeat), std::string(to_string(state_of(row, report.thresholds))),
-                     or_dash(shown(row.holder_host)), row.holder_pid != 0 ? std::to_string(row.holder_pid) : "-",
-                     or_dash(shown(row.holder_command))});
+  constexpr std::size_t columns = describe::field_count<LockStatus>;
+  std::vector<std::array<std::string, columns>> lines(1);
+  for (std::size_t i = 0; i < columns; ++i) lines[0][i] = column_of(describe::Description<LockStatus>::fields[i]);
+  for (const LockRow& row : report.rows) {
+    auto& line = lines.emplace_back();
+    std::size_t i = 0;
+    describe::for_each_field(status_of(row, report.thresholds),
+                             [&](const describe::Field&, const auto& value) { line[i++] = text_of(value); });
+  }
 
   std::array<std::size_t, columns> width{};
   for (const auto& line : lines)
@@ -94,21 +151,33 @@ std::string format_text(const StatusReport& report) {
 
 nlohmann::json to_json(const StatusReport& report) {
   auto locks = nlohmann::json::array();
-  for (const LockRow& row : report.rows)
-    locks.push_back({{"lock", row.lock_name},
-                     {"instance", row.instance_id},
-                     {"fence", row.fence},
-                     {"acquired_at", iso8601(row.acquired_at)},
-                     {"seconds_since_heartbeat", row.seconds_since_heartbeat},
-                     {"state", to_string(state_of(row, report.thresholds))},
-                     // null: not recorded (a seed-made row, or a holder that did not say)
-                     {"host", row.holder_host.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.holder_host)},
-                     {"pid", row.holder_pid == 0 ? nlohmann::json(nullptr) : nlohmann::json(row.holder_pid)},
-                     {"command", row.holder_command.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.holder_command)}});
+  for (const LockRow& row : report.rows) {
+    nlohmann::json lock = nlohmann::json::object();
+    describe::for_each_field(status_of(row, report.thresholds), [&](const describe::Field& field, const auto& value) {
+      lock[std::string(describe::key_of(field))] = json_of(value);
+    });
+    locks.push_back(std::move(lock));
+  }
   return {{"table", report.table},
           {"alert_threshold", report.thresholds.alert_s},
           {"stale_threshold", report.thresholds.stale_s},
           {"locks", std::move(locks)}};
+}
+
+std::string format_prometheus(const StatusReport& report) {
+  using Description = describe::Description<LockStatus>;
+  std::vector<LockStatus> statuses;
+  for (const LockRow& row : report.rows) statuses.push_back(status_of(row, report.thresholds));
+
+  std::string out;
+  const describe::Field& held = Description::held;
+  exposition::family(out, held.metric, held.metric_type, held.doc);
+  for (const LockStatus& status : statuses) exposition::sample(out, held.metric, label_text(status), 1);
+  if (statuses.empty() && report.lock)
+    exposition::sample(out, held.metric, exposition::labels({{"lock", *report.lock}}), 0);
+
+  write_metrics<LockStatus>(out, statuses);
+  return out;
 }
 
 }  // namespace pgmutex::cli

@@ -1,7 +1,9 @@
 // What `pgmutex status` shows: each lock's state, as a table or as JSON.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,10 +18,28 @@ namespace pgmutex::cli {
 
 enum class LockState { ok, alert, stale };
 
+// One line of `status`: a held lock as the operator sees it. Described once
+// in status_description.hpp; the text columns, the JSON keys and the
+// Prometheus metrics are made from that description.
+struct LockStatus {
+  std::string lock;
+  std::string instance;
+  Fence fence = 0;
+  std::chrono::system_clock::time_point acquired_at;
+  double seconds_since_heartbeat = 0.0;
+  LockState state = LockState::ok;
+  std::optional<std::string> host;     // empty: not recorded (a seed-made row, or a holder that did not say)
+  std::optional<std::int64_t> pid;
+  std::optional<std::string> command;
+};
+
 // By the server-clock age of the last heartbeat: stale (reclaimable) at the
 // stale threshold, alert at the alert threshold, else ok.
 [[nodiscard]] LockState state_of(const LockRow& row, const ThresholdArgs& thresholds) noexcept;
 [[nodiscard]] std::string_view to_string(LockState state) noexcept;
+constexpr std::array<LockState, 3> all_values(LockState) { return {LockState::ok, LockState::alert, LockState::stale}; }
+
+[[nodiscard]] LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds);
 
 // UTC, ISO 8601 with milliseconds: 2024-05-01T12:00:00.123Z
 [[nodiscard]] std::string iso8601(std::chrono::system_clock::time_point when);
@@ -43,5 +63,9 @@ struct StatusReport {
 
 // {"table":..., "alert_threshold":..., "stale_threshold":..., "locks":[{...}]}
 [[nodiscard]] nlohmann::json to_json(const StatusReport& report);
+
+// The Prometheus text exposition: pgmutex_lock_held, _heartbeat_age_seconds,
+// _fence and _state{state="ok|alert|stale"}, labelled with lock and instance.
+[[nodiscard]] std::string format_prometheus(const StatusReport& report);
 
 }  // namespace pgmutex::cli

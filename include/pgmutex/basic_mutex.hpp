@@ -521,6 +521,8 @@ class BasicMutex {
       arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()));
       if (!a.who.empty()) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, a.who);
       call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
+      call_acquire_latency(metrics, options.lock_name, options.instance_id,
+                           std::chrono::duration<double>(now - a.sent).count());
       add_owner();
       return guard_type(this, generation, a.fence);
     }

@@ -7,6 +7,7 @@
 //   stale_reclaimed  (std::string_view lock_name, std::string_view instance_id, std::string_view previous_holder)
 //   alert            (std::string_view lock_name, std::string_view holder, double seconds_since_heartbeat)
 //   heartbeat_latency(std::string_view lock_name, std::string_view instance_id, double seconds)
+//   acquire_latency  (std::string_view lock_name, std::string_view instance_id, double seconds)
 //   lost             (std::string_view lock_name, std::string_view instance_id, const Error& reason)
 //   heartbeat_failed (std::string_view lock_name, std::string_view instance_id, const Error& error)
 //
@@ -66,6 +67,10 @@ PGMUTEX_METRICS_HOOK(alert, PGMUTEX_PARAMS(std::string_view lock_name, std::stri
 PGMUTEX_METRICS_HOOK(heartbeat_latency,
                      PGMUTEX_PARAMS(std::string_view lock_name, std::string_view instance_id, double seconds),
                      (lock_name, instance_id, seconds))
+// The round trip of the acquire statement that won a grant.
+PGMUTEX_METRICS_HOOK(acquire_latency,
+                     PGMUTEX_PARAMS(std::string_view lock_name, std::string_view instance_id, double seconds),
+                     (lock_name, instance_id, seconds))
 PGMUTEX_METRICS_HOOK(lost, PGMUTEX_PARAMS(std::string_view lock_name, std::string_view instance_id, const Error& reason),
                      (lock_name, instance_id, reason))
 PGMUTEX_METRICS_HOOK(heartbeat_failed,
@@ -77,7 +82,7 @@ PGMUTEX_METRICS_HOOK(heartbeat_failed,
 template <class M>
 concept Metrics = std::copy_constructible<M> && MetricsHook_acquired<M> && MetricsHook_released<M> &&
                   MetricsHook_contended<M> && MetricsHook_stale_reclaimed<M> && MetricsHook_alert<M> &&
-                  MetricsHook_heartbeat_latency<M> && MetricsHook_lost<M> && MetricsHook_heartbeat_failed<M>;
+                  MetricsHook_heartbeat_latency<M> && MetricsHook_acquire_latency<M> && MetricsHook_lost<M> && MetricsHook_heartbeat_failed<M>;
 
 // No hooks at all: every call compiles to nothing.
 struct NoMetrics {};
@@ -102,6 +107,9 @@ class MetricsFanout {
   void alert(std::string_view l, std::string_view h, double s) { each([&](auto& x) { call_alert(x, l, h, s); }); }
   void heartbeat_latency(std::string_view l, std::string_view i, double s) {
     each([&](auto& x) { call_heartbeat_latency(x, l, i, s); });
+  }
+  void acquire_latency(std::string_view l, std::string_view i, double s) {
+    each([&](auto& x) { call_acquire_latency(x, l, i, s); });
   }
   void lost(std::string_view l, std::string_view i, const Error& e) { each([&](auto& s) { call_lost(s, l, i, e); }); }
   void heartbeat_failed(std::string_view l, std::string_view i, const Error& e) {

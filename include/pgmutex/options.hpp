@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,7 +13,16 @@ namespace pgmutex {
 
 using namespace std::chrono_literals;
 
-struct Options {
+namespace detail {
+template <class T>
+using Given = T;
+}  // namespace detail
+
+// Options and ValidOptions are one record: the two optional members are
+// std::optional in what the user gives, and filled in once validate() passed.
+// Every member is described (doc, unit, flag, rule) in describe/options.hpp.
+template <template <class> class Defaulted>
+struct BasicOptions {
   std::string lock_name = {};   // 1..64 characters (as VARCHAR(64) counts them)
   std::string instance_id = {}; // empty: "<hostname>-<random>"; else 1..64 characters, unique per process
   std::string table = "mutex_lock";  // an identifier, or schema.identifier; always quoted in SQL
@@ -27,28 +37,25 @@ struct Options {
   // (a server crash may forget the last one it acknowledged).
   // Default: max(stale_threshold / 10, 1.5 * heartbeat_interval), at most
   // (stale_threshold - heartbeat_interval) / 2.
-  std::optional<std::chrono::nanoseconds> safety_margin = std::nullopt;
+  Defaulted<std::chrono::nanoseconds> safety_margin = {};
   // The longest one heartbeat or release attempt may take, reconnects
   // included: the statement's lock_timeout and statement_timeout and the
   // client's deadline on the socket. Default: min(safety_margin / 3, 10s).
-  std::optional<std::chrono::nanoseconds> heartbeat_timeout = std::nullopt;
+  Defaulted<std::chrono::nanoseconds> heartbeat_timeout = {};
+
+  // How long the holder trusts its last good heartbeat (validated options only).
+  [[nodiscard]] std::chrono::nanoseconds lease() const
+    requires std::same_as<Defaulted<int>, int>
+  {
+    return stale_threshold - safety_margin;
+  }
 };
 
-// Options that passed validate(): instance_id and safety_margin are filled in.
-struct ValidOptions {
-  std::string lock_name;
-  std::string instance_id;
-  std::string table;
-  std::chrono::nanoseconds heartbeat_interval;
-  std::chrono::nanoseconds alert_threshold;
-  std::chrono::nanoseconds stale_threshold;
-  std::chrono::nanoseconds poll_interval;
-  std::chrono::nanoseconds safety_margin;
-  std::chrono::nanoseconds heartbeat_timeout;
+// What the user configures a mutex with.
+using Options = BasicOptions<std::optional>;
 
-  // How long the holder trusts its last good heartbeat.
-  [[nodiscard]] std::chrono::nanoseconds lease() const { return stale_threshold - safety_margin; }
-};
+// Options that passed validate(): instance_id, safety_margin and heartbeat_timeout are filled in.
+using ValidOptions = BasicOptions<detail::Given>;
 
 // What the backend tells the rules: whether an acknowledged heartbeat can
 // still be lost (asynchronous commit), so the margin must cover an interval more.

@@ -1,0 +1,50 @@
+// The status row, described once: `status`'s text columns, its JSON keys and
+// its Prometheus metrics, and the README's table of them, come from here.
+#pragma once
+
+#include <array>
+
+#include <boost/hana/adapt_struct.hpp>
+
+#include "pgmutex/describe/field.hpp"
+#include "status_format.hpp"
+
+BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::LockStatus, lock, instance, fence, acquired_at, seconds_since_heartbeat, state,
+                        host, pid, command);
+
+namespace pgmutex::describe {
+
+template <>
+struct Description<cli::LockStatus> {
+  static constexpr std::array<Field, 9> fields = {{
+      {.name = "lock", .doc = "the lock's name", .label = "lock"},
+      {.name = "instance", .doc = "the holder's instance id", .label = "instance"},
+      {.name = "fence",
+       .doc = "the holder's fencing token: strictly increasing per lock",
+       .metric = "pgmutex_lock_fence",
+       .metric_type = "gauge"},
+      {.name = "acquired_at", .doc = "when the holder acquired the lock (UTC, ISO 8601, the server's clock)"},
+      {.name = "seconds_since_heartbeat",
+       .doc = "seconds since the holder's last heartbeat, by the server's clock",
+       .unit = "seconds",
+       .column = "HEARTBEAT_AGE",
+       .metric = "pgmutex_lock_heartbeat_age_seconds",
+       .metric_type = "gauge"},
+      {.name = "state",
+       .doc = "ok, alert (no heartbeat for the alert threshold) or stale (none for the stale threshold: reclaimable); "
+              "as a metric, 1 for the lock's state and 0 for the others",
+       .metric = "pgmutex_lock_state",
+       .metric_type = "gauge",
+       .label = "state"},
+      {.name = "host", .doc = "the holder's host, as its grant recorded it (null: not recorded)"},
+      {.name = "pid", .doc = "the holder's pid (null: not recorded)"},
+      {.name = "command", .doc = "the holder's command, its first 200 bytes (null: not recorded)"},
+  }};
+  // Not a member: a row's presence.
+  static constexpr Field held = {.name = "held",
+                                 .doc = "1 while the lock is held, 0 for a lock asked for by name that nobody holds",
+                                 .metric = "pgmutex_lock_held",
+                                 .metric_type = "gauge"};
+};
+
+}  // namespace pgmutex::describe
