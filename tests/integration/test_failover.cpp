@@ -445,6 +445,15 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   CHECK(in_grace.holder()->instance_id == pgmutex::failover_grace_holder);
   CHECK(in_grace.holder()->failover_grace_left_s > 25.0);
   CHECK(in_grace.holder()->failover_grace_left_s <= 30.0);
+  // Unnamed statements (for a transaction pooler) carry the same rule.
+  auto unnamed_options = quick_reconnects();
+  unnamed_options.statement_mode = pgmutex::StatementMode::unnamed;
+  RecordingMutex unnamed(PostgresBackend(pair.dsn, unnamed_options), failover_options(table, "free", "unnamed"));
+  auto unnamed_refused = unnamed.try_acquire();
+  CHECK_FALSE(unnamed_refused);
+  REQUIRE(unnamed_refused.holder());
+  CHECK(unnamed_refused.holder()->instance_id == pgmutex::failover_grace_holder);
+  CHECK(unnamed_refused.holder()->failover_grace_left_s > 25.0);
   std::printf("sync failover: grace 0: a free lock granted at once (fence %" PRId64 "); default: refused, grace %.2f s left\n",
               served.fence(), in_grace.holder()->failover_grace_left_s);
 
