@@ -250,9 +250,14 @@ class BasicMutex {
         if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
         bool waited = false;
         if constexpr (BackendWaitsForRelease<B>) {
-          detail::IoLock io(io_gate_);
-          if (!io) return reentered();
-          waited = backend.wait_for_release(lock_ref(), wait).has_value();
+          // Refused by a failover grace: no release will come, and a backend
+          // that polls would see the lock free at once: sleep through it.
+          const bool grace = attempt && attempt->holder() && attempt->holder()->failover_grace_left_s > 0;
+          if (!grace) {
+            detail::IoLock io(io_gate_);
+            if (!io) return reentered();
+            waited = backend.wait_for_release(lock_ref(), wait).has_value();
+          }
         }
         // No way to be told of a release, or it failed just now: sleep through the poll interval.
         if (!waited && executor.wait_for(wait, stop))

@@ -311,6 +311,18 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   const auto grace_seen = std::chrono::steady_clock::now();
   gate->set(true);
 
+  // Meanwhile another instance waits for a free lock through unnamed
+  // statements (which poll instead of LISTEN): it polls every poll_interval
+  // through the grace, not as fast as a lock seen free would make it.
+  pgmutex::testing::RecordingMetrics polling_metrics;
+  auto unnamed_options = quick_reconnects();
+  unnamed_options.statement_mode = pgmutex::StatementMode::unnamed;
+  auto polling_options = short_lease(table, "free", "polling");
+  polling_options.poll_interval = 500ms;
+  RecordingMutex polling(PostgresBackend(pair.dsn, unnamed_options), polling_options, {}, polling_metrics);
+  std::optional<decltype(polling.try_acquire())> polling_guard;
+  std::thread polling_thread([&] { polling_guard.emplace(polling.acquire(30s)); });
+
   // The holder whose grant vanished learns it at its next heartbeat on the
   // new primary, through the heartbeat's own answer (no row): not the watchdog.
   REQUIRE(eventually([&] { return lost_guard.lost(); }));
@@ -358,7 +370,13 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   REQUIRE(rival_guard);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - grace_seen).count();
   CHECK(waited >= grace_left - 1.0);  // a generous bound: the grace is on the server's clock
+  polling_thread.join();
+  REQUIRE(polling_guard);
+  CHECK(*polling_guard);
+  const std::size_t polls = polling_metrics.count("contended");
+  CHECK(polls < 30);  // 500 ms apart for about 6 s
   const std::int64_t sequence_after = sequence_value(pair.dsn, table);
+  std::printf("async failover: an unnamed-statement waiter was refused %zu times during the grace\n", polls);
   std::printf("async failover: rival refused %.2f s after the switch began (grace %.2f s left); the lost holder "
               "learned it %.2f s after; the rival won %.2f s after the refusal\n",
               since_switch, grace_left, lost_after, waited);
@@ -372,6 +390,7 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
 
   kept_guard.release();
   rival_guard.release();
+  polling_guard->release();
   CHECK_FALSE(probe.inspect(pgmutex::LockRef{table, "kept"})->has_value());
 }
 
