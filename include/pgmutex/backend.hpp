@@ -69,7 +69,16 @@ struct AcquireResult {
   double holder_age_s = 0.0;  // lost: holder's seconds since heartbeat; takeover: previous holder's
   bool reclaimed = false;     // won by taking over a stale row
   GrantToken holder_token = 0;  // lost: the holder's grant token (0 for a seed-made row)
+  // Lost because the server was promoted after a failover and grants nothing
+  // that looks free or stale for this many more seconds (the failover grace:
+  // a grant the old primary made and the new one never received may still
+  // be held). holder is then failover_grace_holder, fence and age 0.
+  double failover_grace_left_s = 0.0;
 };
+
+// The holder an acquire refused by a failover grace names. An instance could
+// be called that too: failover_grace_left_s > 0 is what tells.
+inline constexpr std::string_view failover_grace_holder = "(failover grace)";
 
 // One row of the lock table, as an administrator sees it.
 struct LockRow {

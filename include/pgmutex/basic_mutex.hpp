@@ -250,9 +250,14 @@ class BasicMutex {
         if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
         bool waited = false;
         if constexpr (BackendWaitsForRelease<B>) {
-          detail::IoLock io(io_gate_);
-          if (!io) return reentered();
-          waited = backend.wait_for_release(lock_ref(), wait).has_value();
+          // Refused by a failover grace: no release will come, and a backend
+          // that polls would see the lock free at once: sleep through it.
+          const bool grace = attempt && attempt->holder() && attempt->holder()->failover_grace_left_s > 0;
+          if (!grace) {
+            detail::IoLock io(io_gate_);
+            if (!io) return reentered();
+            waited = backend.wait_for_release(lock_ref(), wait).has_value();
+          }
         }
         // No way to be told of a release, or it failed just now: sleep through the poll interval.
         if (!waited && executor.wait_for(wait, stop))
@@ -419,24 +424,25 @@ class BasicMutex {
       GrantToken token;
       time_point sent;
       double age_s;
+      double grace_left_s;            // taken: > 0 if refused by a failover grace (who: "(failover grace)")
       detail::ServerSession session;  // won: the server session that granted it
       std::string who;             // won by reclaim: the previous holder; taken: the holder
       std::optional<Error> error;  // failed: why
 
       static Attempt won(Fence f, GrantToken t, time_point at, detail::ServerSession session, std::string previous = {}) {
-        return Attempt(Kind::won, false, f, t, at, 0, session, std::move(previous), std::nullopt);
+        return Attempt(Kind::won, false, f, t, at, 0, 0, session, std::move(previous), std::nullopt);
       }
-      static Attempt taken(std::string holder, Fence f, double age, bool alert) {
-        return Attempt(Kind::taken, alert, f, 0, {}, age, {}, std::move(holder), std::nullopt);
+      static Attempt taken(std::string holder, Fence f, double age, bool alert, double grace_left = 0) {
+        return Attempt(Kind::taken, alert, f, 0, {}, age, grace_left, {}, std::move(holder), std::nullopt);
       }
-      static Attempt failed(Error e) { return Attempt(Kind::failed, false, 0, 0, {}, 0, {}, {}, std::move(e)); }
+      static Attempt failed(Error e) { return Attempt(Kind::failed, false, 0, 0, {}, 0, 0, {}, {}, std::move(e)); }
 
      private:
       // A constructor, not aggregate initialization: GCC clears a whole
       // aggregate (padding included) with `rep stos` before filling it in.
-      Attempt(Kind k, bool a, Fence f, GrantToken t, time_point at, double age, detail::ServerSession s, std::string w,
-              std::optional<Error> e)
-          : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), session(s), who(std::move(w)),
+      Attempt(Kind k, bool a, Fence f, GrantToken t, time_point at, double age, double grace, detail::ServerSession s,
+              std::string w, std::optional<Error> e)
+          : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), grace_left_s(grace), session(s), who(std::move(w)),
             error(std::move(e)) {}
     };
 
@@ -468,6 +474,10 @@ class BasicMutex {
           if (is_in_doubt(outcome->holder_token)) return adopt(outcome->fence, outcome->holder_token, sent, outcome->holder_age_s);
           // Our own row, whose release failed: delete it, then try again.
           if (is_unreleased(outcome->holder_token) && delete_ours(outcome->fence, outcome->holder_token)) continue;
+          // Nobody holds it, but a server promoted after a failover waits
+          // out the leases the old primary may have granted: no alert.
+          if (outcome->failover_grace_left_s > 0) [[unlikely]]
+            return Attempt::taken(std::move(outcome->holder), 0, 0, false, outcome->failover_grace_left_s);
           return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
         }
         if (outcome.error() != Errc::outcome_unknown)
@@ -514,7 +524,7 @@ class BasicMutex {
       if (a.kind == Attempt::Kind::taken) {
         call_contended(metrics, options.lock_name, options.instance_id);
         if (a.alert) call_alert(metrics, options.lock_name, a.who, a.age_s);
-        return guard_type(Errc::lock_held, HolderInfo{std::move(a.who), a.fence, a.age_s});
+        return guard_type(Errc::lock_held, HolderInfo{std::move(a.who), a.fence, a.age_s, a.grace_left_s});
       }
       const time_point now = clock.now();
       const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session);

@@ -19,6 +19,10 @@ struct HolderInfo {
   std::string instance_id;
   Fence fence = 0;
   double seconds_since_heartbeat = 0.0;
+  // > 0: nobody holds it, but the server, promoted after a failover, grants
+  // nothing that looks free or stale for this many more seconds (see
+  // AcquireResult::failover_grace_left_s); instance_id is "(failover grace)".
+  double failover_grace_left_s = 0.0;
 };
 
 template <class State>

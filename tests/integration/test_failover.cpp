@@ -3,17 +3,23 @@
 // While locks are held the primary is stopped (-m immediate) and the standby
 // promoted; the holders reconnect to the new primary.
 //   [async]  the standby stops receiving WAL first, then grants go on on the
-//            primary: the new primary lacks them. The holder whose grant
-//            vanished learns it lost the lease; a grant made before the cut
-//            survives; fences granted afterwards exceed every earlier one,
-//            though the bare sequence goes back.
+//            primary: the new primary lacks them. A rival that tries before
+//            the vanished grant's holder heard of the loss is refused by the
+//            failover grace; the holder then learns it lost the lease; a
+//            grant made before the cut survives; after the grace the rival
+//            gets the lock, and fences granted afterwards exceed every
+//            earlier one, though the bare sequence goes back.
 //   [sync]   synchronous replication: the grant survives, the holder keeps
-//            the lock across the failover, and even the bare sequence goes on.
+//            the lock across the failover, and even the bare sequence goes
+//            on. With failover_grace = 0 a free lock is granted at once; with
+//            the default the grace applies there too.
 // Each run fails over once: run one tag per server pair (meson does).
 #include <unistd.h>
 
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
 #include <thread>
 
@@ -26,6 +32,66 @@ using pgmutex::PostgresBackend;
 using RecordingMutex = pgmutex::BasicMutex<PostgresBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
 
 namespace {
+
+// A gate that stops a backend's heartbeats before they are sent, until
+// opened again (at most 20 s).
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool open = true;
+  int waiting = 0;
+  void set(bool value) {
+    {
+      std::lock_guard lock(mutex);
+      open = value;
+    }
+    changed.notify_all();
+  }
+  void pass() {
+    std::unique_lock lock(mutex);
+    ++waiting;
+    changed.notify_all();
+    changed.wait_for(lock, 20s, [&] { return open; });
+    --waiting;
+  }
+  // Whether a heartbeat waits at the closed gate within `limit`.
+  bool caught(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, limit, [&] { return waiting > 0; });
+  }
+};
+
+// PostgresBackend whose heartbeats pass a Gate first: while it is closed the
+// holder sends no heartbeat (the statement is held inside the mutex's I/O
+// lock, so no other heartbeat of it overtakes), and a test can act before
+// the holder's next heartbeat reaches the server.
+class GatedBackend {
+ public:
+  GatedBackend(PostgresBackend backend, std::shared_ptr<Gate> gate) : b_(std::move(backend)), gate_(std::move(gate)) {}
+  pgmutex::Result<void> create_schema(std::string_view t) noexcept { return b_.create_schema(t); }
+  pgmutex::Result<pgmutex::AcquireResult> try_acquire(const pgmutex::AcquireRequest& r) noexcept {
+    return b_.try_acquire(r);
+  }
+  pgmutex::Result<void> heartbeat(const pgmutex::HolderKey& k) noexcept {
+    gate_->pass();
+    return b_.heartbeat(k);
+  }
+  pgmutex::Result<void> release(const pgmutex::HolderKey& k) noexcept { return b_.release(k); }
+  pgmutex::Result<std::optional<pgmutex::LockRow>> inspect(pgmutex::LockRef l) noexcept { return b_.inspect(l); }
+  pgmutex::Result<std::vector<pgmutex::LockRow>> list(std::string_view t) noexcept { return b_.list(t); }
+  pgmutex::Result<std::optional<pgmutex::LockRow>> force_release(pgmutex::LockRef l) noexcept {
+    return b_.force_release(l);
+  }
+  [[nodiscard]] std::uint64_t session() const noexcept { return b_.session(); }
+  [[nodiscard]] std::uint64_t history() const noexcept { return b_.history(); }
+  [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept { return b_.heartbeat_commits_asynchronously(); }
+
+ private:
+  PostgresBackend b_;
+  std::shared_ptr<Gate> gate_;
+};
+static_assert(pgmutex::Backend<GatedBackend>);
+using GatedMutex = pgmutex::BasicMutex<GatedBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
 
 struct Pair {
   std::string mode = need_env("PGMUTEX_TEST_REPLICATION");
@@ -65,12 +131,35 @@ pgmutex::Options failover_options(const std::string& table, const std::string& l
   return o;
 }
 
-pgmutex::PostgresOptions quick_reconnects() {
+pgmutex::PostgresOptions quick_reconnects(std::optional<std::chrono::nanoseconds> failover_grace = std::nullopt) {
   pgmutex::PostgresOptions po;
   po.reconnect_attempts = 2;
   po.reconnect_backoff = 50ms;
   po.connect_timeout = 2s;
+  po.failover_grace = failover_grace;
   return po;
+}
+
+// A short stale threshold, so that the failover grace (by default the
+// longest stale threshold) is short: lease 5.4 s, more than a switch takes.
+pgmutex::Options short_lease(const std::string& table, const std::string& lock, const std::string& instance) {
+  auto o = failover_options(table, lock, instance);
+  o.alert_threshold = 3s;
+  o.stale_threshold = 6s;
+  return o;
+}
+
+// One try, retried while the backend fails (a connection that saw the
+// failover) within `limit`.
+template <class Mutex>
+auto try_until_answered(Mutex& mutex, std::chrono::milliseconds limit = 20s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    auto answer = mutex.try_acquire(pgmutex::nothrow);
+    if (answer) return std::move(*answer);
+    if (std::chrono::steady_clock::now() >= until) return mutex.try_acquire();  // throws what it says
+    std::this_thread::sleep_for(100ms);
+  }
 }
 
 // The standby has replayed everything the primary wrote so far.
@@ -159,18 +248,21 @@ TEST_CASE("a role that may not read pg_control_system(): identity unknown, every
   REQUIRE(b.release(key));
 }
 
-TEST_CASE("asynchronous replication: a vanished grant is lost, a replicated one kept, fences go on rising",
+TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grace keeps a rival out meanwhile, "
+          "a replicated grant is kept, fences go on rising",
           "[failover][async]") {
   const Pair pair;
   REQUIRE(pair.mode == "async");
   const std::string table = fresh_table("failover_async");
 
+  // Every instance has a 6 s stale threshold: the grace is 6 s.
   pgmutex::testing::RecordingMetrics kept_metrics, lost_metrics;
-  RecordingMutex kept(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "kept", "kept-holder"), {},
+  const auto gate = std::make_shared<Gate>();
+  RecordingMutex kept(PostgresBackend(pair.dsn, quick_reconnects()), short_lease(table, "kept", "kept-holder"), {},
                       kept_metrics);
-  RecordingMutex lost(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "vanishing", "lost-holder"),
-                      {}, lost_metrics);
-  RecordingMutex churner(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "churn", "churner"));
+  GatedMutex lost(GatedBackend(PostgresBackend(pair.dsn, quick_reconnects()), gate),
+                  short_lease(table, "vanishing", "lost-holder"), {}, lost_metrics);
+  RecordingMutex churner(PostgresBackend(pair.dsn, quick_reconnects()), short_lease(table, "churn", "churner"));
   PostgresBackend probe(pair.dsn, quick_reconnects());
   kept.create_schema();
 
@@ -196,23 +288,66 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, a replicated one 
   REQUIRE_FALSE(lost_guard.lost());
   REQUIRE_FALSE(kept_guard.lost());
 
+  // The vanished grant's holder sends no heartbeat until the rival has tried:
+  // its next heartbeat waits at the gate, unsent.
+  gate->set(false);
+  REQUIRE(gate->caught(5000ms));
+  const auto switch_start = std::chrono::steady_clock::now();
   fail_over(pair);
+
+  // The rival tries on the new primary, where the lock looks free, while the
+  // holder still believes it holds it: refused, by the failover grace.
+  RecordingMutex rival(PostgresBackend(pair.dsn, quick_reconnects()), short_lease(table, "vanishing", "rival"));
+  auto refused_rival = try_until_answered(rival);
+  const double since_switch = std::chrono::duration<double>(std::chrono::steady_clock::now() - switch_start).count();
+  CHECK_FALSE(lost_guard.lost());  // still believes: without the grace, both would
+  CHECK_FALSE(refused_rival);
+  CHECK(refused_rival.why() == Errc::lock_held);
+  REQUIRE(refused_rival.holder());
+  CHECK(refused_rival.holder()->instance_id == pgmutex::failover_grace_holder);
+  const double grace_left = refused_rival.holder()->failover_grace_left_s;
+  CHECK(grace_left > 5.0);
+  CHECK(grace_left <= 6.0);
+  const auto grace_seen = std::chrono::steady_clock::now();
+  gate->set(true);
+
+  // Meanwhile another instance waits for a free lock through unnamed
+  // statements (which poll instead of LISTEN): it polls every poll_interval
+  // through the grace, not as fast as a lock seen free would make it.
+  pgmutex::testing::RecordingMetrics polling_metrics;
+  auto unnamed_options = quick_reconnects();
+  unnamed_options.statement_mode = pgmutex::StatementMode::unnamed;
+  auto polling_options = short_lease(table, "free", "polling");
+  polling_options.poll_interval = 500ms;
+  RecordingMutex polling(PostgresBackend(pair.dsn, unnamed_options), polling_options, {}, polling_metrics);
+  std::optional<decltype(polling.try_acquire())> polling_guard;
+  std::thread polling_thread([&] { polling_guard.emplace(polling.acquire(30s)); });
 
   // The holder whose grant vanished learns it at its next heartbeat on the
   // new primary, through the heartbeat's own answer (no row): not the watchdog.
   REQUIRE(eventually([&] { return lost_guard.lost(); }));
+  const double lost_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - switch_start).count();
   CHECK(lost_metrics.count("lost") == 1);
   const auto lost_events = lost_metrics.events("lost");
   REQUIRE_FALSE(lost_events.empty());
   CHECK_THAT(lost_events.front().other, Catch::Contains("row gone or granted to another holder"));
   CHECK_THROWS_AS(lost_guard.heartbeat(), pgmutex::LockNotHeldError);
 
-  // The grant made before the cut is on the new primary: its holder keeps it.
+  // The grant made before the cut is on the new primary: its holder keeps
+  // it, and a rival is told who holds it, grace or not.
   const auto kept_beats = kept_metrics.count("heartbeat_latency");
   REQUIRE(eventually([&] { return kept_metrics.count("heartbeat_latency") > kept_beats + 2; }));
   CHECK_FALSE(kept_guard.lost());
   kept_guard.heartbeat();
   CHECK(kept_metrics.count("lost") == 0);
+  RecordingMutex other(PostgresBackend(pair.dsn, quick_reconnects()), short_lease(table, "kept", "other"));
+  auto refused = other.try_acquire();
+  CHECK_FALSE(refused);
+  CHECK(refused.why() == Errc::lock_held);
+  REQUIRE(refused.holder());
+  CHECK(refused.holder()->instance_id == "kept-holder");
+  CHECK(refused.holder()->fence == kept_fence);
+  CHECK(refused.holder()->failover_grace_left_s == 0.0);
 
   // The new primary: same cluster, a new timeline, a new history.
   REQUIRE(probe.inspect(pgmutex::LockRef{table, "kept"}));
@@ -221,13 +356,30 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, a replicated one 
   CHECK(identity_after.substr(0, identity_after.find('/')) == identity_before.substr(0, identity_before.find('/')));
   CHECK(identity_before.ends_with("/00000001"));
   CHECK(identity_after.ends_with("/00000002"));
+  // The grace's marker row is in the table, but no lock shows it.
+  CHECK(on(pair.dsn, "SELECT fence FROM " + table + " WHERE lock_name = ''")[0][0].as<int>() == 2);
+  auto listed = probe.list(table);
+  REQUIRE(listed);
+  for (const auto& row : *listed) CHECK_FALSE(row.lock_name.empty());
+  CHECK_FALSE(probe.inspect(pgmutex::LockRef{table, "vanishing"})->has_value());
 
-  // Fences granted now exceed every fence granted before, though the bare
-  // sequence went back: the standby never saw the last nextval()s.
-  RecordingMutex rival(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "vanishing", "rival"));
-  auto rival_guard = rival.try_acquire();
+  // A blocking acquire waits out the grace, then wins. Fences granted now
+  // exceed every fence granted before, though the bare sequence went back:
+  // the standby never saw the last nextval()s.
+  auto rival_guard = rival.acquire(30s);
   REQUIRE(rival_guard);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - grace_seen).count();
+  CHECK(waited >= grace_left - 1.0);  // a generous bound: the grace is on the server's clock
+  polling_thread.join();
+  REQUIRE(polling_guard);
+  CHECK(*polling_guard);
+  const std::size_t polls = polling_metrics.count("contended");
+  CHECK(polls < 30);  // 500 ms apart for about 6 s
   const std::int64_t sequence_after = sequence_value(pair.dsn, table);
+  std::printf("async failover: an unnamed-statement waiter was refused %zu times during the grace\n", polls);
+  std::printf("async failover: rival refused %.2f s after the switch began (grace %.2f s left); the lost holder "
+              "learned it %.2f s after; the rival won %.2f s after the refusal\n",
+              since_switch, grace_left, lost_after, waited);
   std::printf("async failover: fences before %" PRId64 "..%" PRId64 " (sequence %" PRId64 " at the cut, %" PRId64
               " before the failover); first fence after %" PRId64 " (sequence %" PRId64 ")\n",
               kept_fence, highest_before, sequence_at_cut, sequence_before, rival_guard.fence(), sequence_after);
@@ -236,17 +388,9 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, a replicated one 
   const pgmutex::Fence churn_after = churn(churner, 20);
   CHECK(churn_after > rival_guard.fence());
 
-  // The rival cannot take the lock the kept holder still holds.
-  RecordingMutex other(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "kept", "other"));
-  auto refused = other.try_acquire();
-  CHECK_FALSE(refused);
-  CHECK(refused.why() == Errc::lock_held);
-  REQUIRE(refused.holder());
-  CHECK(refused.holder()->instance_id == "kept-holder");
-  CHECK(refused.holder()->fence == kept_fence);
-
   kept_guard.release();
   rival_guard.release();
+  polling_guard->release();
   CHECK_FALSE(probe.inspect(pgmutex::LockRef{table, "kept"})->has_value());
 }
 
@@ -259,7 +403,8 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   pgmutex::testing::RecordingMetrics metrics;
   RecordingMutex holder(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "job", "holder"), {},
                         metrics);
-  RecordingMutex churner(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "churn", "churner"));
+  // failover_grace = 0: no grace, as synchronous replication loses no grant.
+  RecordingMutex churner(PostgresBackend(pair.dsn, quick_reconnects(0s)), failover_options(table, "churn", "churner"));
   PostgresBackend probe(pair.dsn, quick_reconnects());
   holder.create_schema();
   auto guard = holder.try_acquire();
@@ -291,13 +436,48 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   CHECK(identity_before.ends_with("/00000001"));
   CHECK(probe.server_identity().ends_with("/00000002"));
 
-  // A rival is refused; fences go on rising, and so does the bare sequence:
-  // every acquire's commit waited for the standby, and the sequence's WAL
-  // comes before it.
+  // A rival is refused, with or without the failover grace: the holder's
+  // row is there and names it.
+  RecordingMutex rival0(PostgresBackend(pair.dsn, quick_reconnects(0s)), failover_options(table, "job", "rival0"));
+  auto refused0 = try_until_answered(rival0);
+  CHECK_FALSE(refused0);
+  CHECK(refused0.why() == Errc::lock_held);
+  REQUIRE(refused0.holder());
+  CHECK(refused0.holder()->instance_id == "holder");
+  CHECK(refused0.holder()->failover_grace_left_s == 0.0);
   RecordingMutex rival(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "job", "rival"));
-  auto refused = rival.try_acquire();
+  auto refused = try_until_answered(rival);
   CHECK_FALSE(refused);
   CHECK(refused.why() == Errc::lock_held);
+  REQUIRE(refused.holder());
+  CHECK(refused.holder()->instance_id == "holder");
+
+  // A free lock: served at once with failover_grace = 0; with the default,
+  // the grace (the 30 s stale threshold) applies.
+  RecordingMutex free0(PostgresBackend(pair.dsn, quick_reconnects(0s)), failover_options(table, "free0", "free0"));
+  auto served = free0.try_acquire();
+  CHECK(served);
+  RecordingMutex waiting(PostgresBackend(pair.dsn, quick_reconnects()), failover_options(table, "free", "waiting"));
+  auto in_grace = waiting.try_acquire();
+  CHECK_FALSE(in_grace);
+  REQUIRE(in_grace.holder());
+  CHECK(in_grace.holder()->instance_id == pgmutex::failover_grace_holder);
+  CHECK(in_grace.holder()->failover_grace_left_s > 25.0);
+  CHECK(in_grace.holder()->failover_grace_left_s <= 30.0);
+  // Unnamed statements (for a transaction pooler) carry the same rule.
+  auto unnamed_options = quick_reconnects();
+  unnamed_options.statement_mode = pgmutex::StatementMode::unnamed;
+  RecordingMutex unnamed(PostgresBackend(pair.dsn, unnamed_options), failover_options(table, "free", "unnamed"));
+  auto unnamed_refused = unnamed.try_acquire();
+  CHECK_FALSE(unnamed_refused);
+  REQUIRE(unnamed_refused.holder());
+  CHECK(unnamed_refused.holder()->instance_id == pgmutex::failover_grace_holder);
+  CHECK(unnamed_refused.holder()->failover_grace_left_s > 25.0);
+  std::printf("sync failover: grace 0: a free lock granted at once (fence %" PRId64 "); default: refused, grace %.2f s left\n",
+              served.fence(), in_grace.holder()->failover_grace_left_s);
+
+  // Fences go on rising, and so does the bare sequence: every acquire's
+  // commit waited for the standby, and the sequence's WAL comes before it.
   const pgmutex::Fence churn_after = churn(churner, 5);
   const std::int64_t sequence_after = sequence_value(pair.dsn, table);
   std::printf("sync failover: fences before %" PRId64 "..%" PRId64 " (sequence %" PRId64 "); after up to %" PRId64
@@ -306,6 +486,7 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   CHECK(sequence_after > sequence_before);
   CHECK(churn_after > churn_before);
 
+  served.release();
   guard.release();
   CHECK_FALSE(probe.inspect(pgmutex::LockRef{table, "job"})->has_value());
 }

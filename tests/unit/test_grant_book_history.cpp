@@ -99,6 +99,16 @@ TEST_CASE("simulated failover: a grant the standby lacks is lost at the next hea
   CHECK_THAT(record_a.events("lost")[0].other, Catch::Contains("row gone"));
   CHECK_FALSE(kept.lost());  // c's grant was replicated: its heartbeat proves it on the new server
 
+  // The failover grace: the new primary grants nothing free until it has
+  // known its history for the longest stale threshold (600 s here).
+  auto refused = b.try_acquire();
+  REQUIRE_FALSE(refused);
+  CHECK(refused.why() == Errc::lock_held);
+  REQUIRE(refused.holder());
+  CHECK(refused.holder()->instance_id == failover_grace_holder);
+  CHECK(refused.holder()->failover_grace_left_s == Approx(600.0));
+  sim.advance(600s);
+
   auto gb = b.try_acquire();
   REQUIRE(gb);
   CHECK(gb.fence() > ga.fence());
@@ -106,4 +116,101 @@ TEST_CASE("simulated failover: a grant the standby lacks is lost at the next hea
   sim.advance(10min);
   CHECK_FALSE(kept.lost());
   CHECK(gb);
+}
+
+// The gap the failover grace closes: A's grant never reached the standby, and
+// after the promotion A cannot reach the new primary either (a partition), so
+// nothing tells A it lost: it believes it holds until its lease runs out. A
+// rival B tries every 500 ms on the new primary. With the grace, B is refused
+// until A's lease is surely over; without it (grace 0, as for synchronous
+// replication), B would hold the lock while A still believes it does.
+TEST_CASE("simulated async failover: a lost holder and a rival never both believe they hold the lock",
+          "[grant_book][failover][grace]") {
+  using namespace pgmutex;
+  using namespace pgmutex::testing;
+  const bool grace_on = GENERATE(true, false);
+  CAPTURE(grace_on);
+  Simulation sim;
+  if (!grace_on) sim.server().set_failover_grace(0s);
+  const Options o{.lock_name = "job", .heartbeat_interval = 1s, .alert_threshold = 10s, .stale_threshold = 20s};
+  auto with_id = [&](std::string id) {
+    Options x = o;
+    x.instance_id = std::move(id);
+    return x;
+  };
+  auto a = sim.instance(with_id("a"));
+  auto b = sim.instance(with_id("b"));
+  a.create_schema();
+  sim.advance(1s);
+  sim.server().replicate();  // before A's grant
+  auto ga = a.try_acquire();
+  REQUIRE(ga);
+  sim.advance(5s);            // heartbeats acknowledged by the old primary alone
+  sim.server().partition("a");
+  sim.server().fail_over();
+
+  bool both = false;
+  std::optional<decltype(b.try_acquire())> gb;
+  double first_refusal_left = 0;
+  auto b_won_at = std::chrono::nanoseconds::max();
+  const auto start = sim.server().server_now();
+  for (int step = 0; step < 120 && !gb; ++step) {
+    auto r = b.try_acquire(nothrow);
+    if (!r) {  // the first statement after the failover fails as its connection did
+      sim.advance(500ms);
+      continue;
+    }
+    auto g = std::move(*r);
+    if (g) {
+      gb.emplace(std::move(g));
+      b_won_at = sim.server().server_now() - start;
+    } else {
+      REQUIRE(g.why() == Errc::lock_held);
+      REQUIRE(g.holder());
+      if (first_refusal_left == 0) first_refusal_left = g.holder()->failover_grace_left_s;
+    }
+    both = both || (gb && ga && !ga.lost() && !(*gb).lost());
+    sim.advance(500ms);
+  }
+  REQUIRE(gb);
+  INFO("B won " << std::chrono::duration<double>(b_won_at).count() << " s after the failover");
+  if (grace_on) {
+    CHECK_FALSE(both);
+    CHECK(first_refusal_left == Approx(20.0));        // the stale threshold: A's lease is shorter
+    CHECK(b_won_at >= 20s);
+    CHECK(ga.lost());
+    CHECK((*gb).fence() > ga.fence());
+  } else {
+    CHECK(both);  // the gap: B holds while A still believes it does
+    CHECK(b_won_at < 1s);
+  }
+  // Once healed, A's heartbeat finds no row of its grant on the new primary.
+  sim.server().heal("a");
+  sim.advance(3s);
+  CHECK(ga.lost());
+  CHECK_FALSE((*gb).lost());
+}
+
+TEST_CASE("simulated failover grace: a replicated holder keeps its lock and its row shows as its own",
+          "[grant_book][failover][grace]") {
+  using namespace pgmutex;
+  using namespace pgmutex::testing;
+  Simulation sim;
+  auto a = sim.instance(Options{.lock_name = "job", .instance_id = "a", .heartbeat_interval = 1s, .alert_threshold = 10s, .stale_threshold = 20s});
+  auto b = sim.instance(Options{.lock_name = "job", .instance_id = "b", .heartbeat_interval = 1s, .alert_threshold = 10s, .stale_threshold = 20s});
+  a.create_schema();
+  auto ga = a.try_acquire();
+  REQUIRE(ga);
+  sim.server().replicate();
+  sim.server().fail_over();
+  sim.advance(3s);
+  auto refused = b.try_acquire();
+  REQUIRE_FALSE(refused);
+  REQUIRE(refused.holder());
+  CHECK(refused.holder()->instance_id == "a");  // a live row names its holder, grace or not
+  CHECK(refused.holder()->failover_grace_left_s == 0.0);
+  sim.advance(60s);
+  CHECK_FALSE(ga.lost());
+  ga.release();
+  CHECK(b.try_acquire());  // the grace is over
 }

@@ -172,6 +172,12 @@ struct PostgresBackend::Impl {
     return tables.emplace(key, make_statements(table, async)).first->second;
   }
 
+  // $9 of the acquire: "-1" for the default grace, "0" off.
+  [[nodiscard]] std::string grace_param() const {
+    if (!options.failover_grace) return "-1";
+    return seconds_param(std::max(*options.failover_grace, std::chrono::nanoseconds::zero()));
+  }
+
   [[nodiscard]] std::chrono::nanoseconds bound_of(std::chrono::nanoseconds timeout) const {
     return timeout > std::chrono::nanoseconds::zero() ? timeout : options.default_timeout;
   }
@@ -284,6 +290,15 @@ struct PostgresBackend::Impl {
       out.holder_token = 0;
       return out;
     }
+    // Free or stale, but a failover grace runs: nobody may take it yet.
+    if ((!seen || rows.text(0, 6) == "t") && !rows.is_null(0, 7)) {
+      if (const double left = double_of(rows.text(0, 7)); left > 0) {
+        AcquireResult grace;
+        grace.holder = std::string(failover_grace_holder);
+        grace.failover_grace_left_s = left;
+        return grace;
+      }
+    }
     // Lost. If the row we saw was live, it names the holder as of now. If we
     // saw none (a rival's insert won under our snapshot) or a stale one that
     // another reclaimer took (or its holder released) meanwhile, the holder
@@ -386,7 +401,8 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
             seconds_param(request.stale_threshold), token_param(request.token), bound.lock_timeout_param(),
             given.host.empty() ? impl_->host : std::string(given.host),
             std::to_string(given.pid != 0 ? given.pid : static_cast<std::int64_t>(::getpid())),
-            given.command.empty() ? impl_->options.holder_command : std::string(given.command)};
+            given.command.empty() ? impl_->options.holder_command : std::string(given.command),
+            impl_->grace_param()};
         AcquireResult out;
         for (int attempt = 0; attempt < acquire_tries; ++attempt) {
           // Each try that lost changed nothing, so trying again is safe.

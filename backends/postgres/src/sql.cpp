@@ -31,9 +31,10 @@ std::string nextval(std::string_view table) { return "nextval('" + quote_parts(s
 // 2^40. On timeline 1 the fence is the sequence's value, as before. The
 // timeline is the one WAL is written on now (pg_control_checkpoint() lags
 // after a promotion). Needs only USAGE on the sequence: no setval.
+constexpr std::string_view timeline_value = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
+
 std::string fence_value(std::string_view table) {
-  return "(" + nextval(table) +
-         " + ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 40))";
+  return "(" + nextval(table) + " + ((" + std::string(timeline_value) + " - 1) << 40))";
 }
 
 // The columns a LockRow is read from, in its order. A seed-made row has no
@@ -108,7 +109,7 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v5");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v6");
   TableStatements s;
   s.table = std::string(table);
   // lock_timeout is read when a lock wait begins, so setting it inside the
@@ -128,11 +129,45 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // a losing try against a held lock still touches nothing: no row lock, no
   // transaction id, no WAL. Under READ COMMITTED the UPDATE re-checks its
   // WHERE on the newest row version, so of two reclaimers only the first wins.
+  //
+  // The failover grace ($9 seconds; 0 off, negative: the default). On a
+  // timeline above 1 (a promoted standby) nothing that looks free or stale is
+  // granted until the timeline has been known for the grace: a grant the old
+  // primary made and this server never received may still be held, for up
+  // to its holder's stale threshold. When the timeline was first seen is the
+  // marker row's: lock_name '' (no lock may be called that), fence = the
+  // timeline, acquired_at = first seen, holder_stale_s = the longest stale
+  // threshold among the rows then (the default grace is the larger of that
+  // and the requester's, $3). The marker is written only when it is missing
+  // or names another timeline, so a losing try on a known timeline still
+  // writes nothing. A live row is reported as usual: its holder keeps it,
+  // and its own heartbeats and re-acquire are untouched.
+  const std::string no_marker = " AND lock_name <> ''";
+  const auto grace_of = [](std::string_view longest) {
+    return "CASE WHEN $9::float8 > 0 THEN $9::float8 ELSE greatest($3::float8, " + std::string(longest) + ") END";
+  };
+  const std::string longest_now =
+      "(SELECT coalesce(max(holder_stale_s), 0) FROM " + t + " WHERE locked = 1" + no_marker + ")";
+  const std::string in_grace = "coalesce((SELECT left_s FROM grace) > 0, false)";
   s.acquire = {"pgmutex_acquire" + suffix,
                "WITH cur AS ("
                " SELECT instance_id, fence, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
                " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
+               " tl AS (SELECT timeline FROM (SELECT " + std::string(timeline_value) + " AS timeline) AS now_on"
+               " WHERE timeline > 1 AND $9::float8 <> 0),"
+               " mk AS (SELECT m.acquired_at AS since, coalesce(m.holder_stale_s, 0) AS longest FROM " + t + " AS m, tl"
+               " WHERE m.locked = 1 AND m.lock_name = '' AND m.fence = tl.timeline),"
+               " mark AS ("
+               " INSERT INTO " + t + " AS m (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence, holder_stale_s)"
+               " SELECT '', 1, '" + std::string(failover_grace_marker) + "', now(), now(), tl.timeline, " + longest_now +
+               " FROM tl WHERE NOT EXISTS (SELECT 1 FROM mk)"
+               " ON CONFLICT (locked, lock_name) DO UPDATE SET fence = excluded.fence, acquired_at = excluded.acquired_at,"
+               " last_heartbeat = excluded.last_heartbeat, holder_stale_s = excluded.holder_stale_s"
+               " WHERE m.fence <> excluded.fence),"
+               " grace AS (SELECT max(left_s) AS left_s FROM ("
+               " SELECT extract(epoch FROM since - now())::float8 + " + grace_of("longest") + " AS left_s FROM mk"
+               " UNION ALL SELECT " + grace_of(longest_now) + " FROM tl WHERE NOT EXISTS (SELECT 1 FROM mk)) AS g),"
                " ins AS ("
                " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
                " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
@@ -140,15 +175,16 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                std::string(holder_values) +
                " FROM (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)))"
                " AS serialized"
-               " WHERE NOT EXISTS (SELECT 1 FROM cur)"
+               " WHERE NOT EXISTS (SELECT 1 FROM cur) AND NOT " + in_grace +
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
                " upd AS ("
                " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
                " fence = " + fence_value(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8,"
                " (holder_host, holder_pid, holder_command) = (SELECT" + std::string(holder_values) + ")"
                " WHERE locked = 1 AND lock_name = $1 AND " + std::string(stale_condition) +
-               " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) RETURNING fence)"
-               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age, c.token, c.stale"
+               " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) AND NOT " + in_grace + " RETURNING fence)"
+               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age, c.token, c.stale,"
+               " (SELECT left_s FROM grace)"
                " FROM (VALUES (1)) AS one(x)"
                // A grant must survive a server crash even on a (pooled) session
                // that turned synchronous_commit off: raise it for this statement only.
@@ -187,17 +223,17 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // The NOTIFY is sent at commit, only if the row was ours.
   s.release = {"pgmutex_release" + suffix,
                "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$6") + ") AS cfg" +
-                   " WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
+                   " WHERE locked = 1 AND lock_name = $1" + no_marker + " AND instance_id = $2 AND fence = $3"
                    " AND coalesce(grant_token, 0) = $4::bigint RETURNING 1)"
                    " SELECT pg_notify(" + channel_sql(table, "$5") + ", '') FROM d"};
 
   s.inspect = {"pgmutex_inspect" + suffix,
-               "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 AND lock_name = $1"};
+               "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 AND lock_name = $1" + no_marker};
   s.list = {"pgmutex_list" + suffix,
-            "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 ORDER BY lock_name"};
+            "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1" + no_marker + " ORDER BY lock_name"};
   s.force_release = {"pgmutex_force_release" + suffix,
                      "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$3") + ") AS cfg" +
-                         " WHERE locked = 1 AND lock_name = $1 RETURNING " + t + ".*)"
+                         " WHERE locked = 1 AND lock_name = $1" + no_marker + " RETURNING " + t + ".*)"
                          " SELECT " + std::string(row_columns) + ", pg_notify(" + channel_sql(table, "$2") +
                          ", '') FROM d"};
   return s;

@@ -18,7 +18,11 @@ struct Statement {
 // "token" is the grant token bit-cast to int64 (0: none, stored as NULL).
 struct TableStatements {
   std::string table;  // as the user wrote it (validated)
-  Statement acquire;         // $1 lock_name, $2 instance_id, $3 stale seconds (float8), $4 token, $5 lock_timeout, $6 host, $7 pid, $8 command
+  // $1 lock_name, $2 instance_id, $3 stale seconds (float8), $4 token, $5 lock_timeout, $6 host, $7 pid,
+  // $8 command, $9 failover grace seconds (float8; 0 off, negative: the default).
+  // Returns: ins fence, upd fence, the row seen (instance_id, fence, age,
+  // token, stale), the failover grace's seconds left (NULL: none; > 0: in grace).
+  Statement acquire;
   Statement heartbeat;       // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock_timeout
   Statement release;         // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock hash, $6 lock_timeout
   Statement inspect;         // $1 lock_name
@@ -27,6 +31,12 @@ struct TableStatements {
   Statement heartbeat_many;  // $1 lock_name[], $2 instance_id[], $3 fence[], $4 token[], $5 lock_timeout
   Statement heartbeat_durable;  // as heartbeat, always committed synchronously (the first after a failover)
 };
+
+// The failover grace's marker row: lock_name '' (validate_lock_name allows
+// no lock to be called that), this instance_id, fence = the timeline it was
+// written on, acquired_at = when that timeline was first seen. Never shown
+// or touched as a lock (inspect, list, release, force_release skip it).
+inline constexpr std::string_view failover_grace_marker = "(failover grace)";
 
 // `table` must have passed validate_table_name.
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off);

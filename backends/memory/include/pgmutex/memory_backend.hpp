@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -222,7 +223,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // asynchronous replication; the server history changes (see
   // BackendReportsHistory), fences from then on exceed every earlier one
   // (the sequence plus history << 40, as PostgresBackend's timeline term),
-  // and the next operation fails as its connection did.
+  // the failover grace applies (set_failover_grace), and the next operation
+  // fails as its connection did.
   void replicate() {
     detail::LightLock lock(mutex_);
     standby_.clear();
@@ -234,6 +236,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     for (auto& [name, table] : tables_) {
       const auto copy = standby_.find(name);
       table.sequence = copy == standby_.end() ? 0 : copy->second.sequence;
+      table.grace_history = copy == standby_.end() ? 0 : copy->second.grace_history;
+      table.grace_since = copy == standby_.end() ? std::chrono::nanoseconds{} : copy->second.grace_since;
+      table.grace_longest = copy == standby_.end() ? std::chrono::nanoseconds{} : copy->second.grace_longest;
       for (auto& [lock_name, row] : table.rows) {
         const Row* copied = nullptr;
         if (copy != standby_.end())
@@ -248,6 +253,16 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     fail_next_ = std::max(fail_next_, 1);
     fail_with_ = Errc::backend_unavailable;
     rearm();
+  }
+
+  // The failover grace, as PostgresOptions::failover_grace: after a
+  // fail_over(), nothing that looks free or stale is granted until the new
+  // history has been known (first seen by an acquire) this long. Default
+  // (nullopt): the larger of the requester's stale threshold and the longest
+  // stored with a row when the history was first seen; 0: off.
+  void set_failover_grace(std::optional<std::chrono::nanoseconds> grace) {
+    detail::LightLock lock(mutex_);
+    failover_grace_ = grace;
   }
 
   // Moves the server clock relative to the clients' clocks (clock skew).
@@ -299,7 +314,31 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   struct Table {
     Rows rows;
     Fence sequence = 0;  // like mutex_lock_fence_seq: one counter per table
+    // The failover grace's marker (PostgresBackend keeps it in a row): the
+    // history it was written in, when that history was first seen, and the
+    // longest stale threshold among the rows then.
+    std::uint64_t grace_history = 0;
+    std::chrono::nanoseconds grace_since{};
+    std::chrono::nanoseconds grace_longest{};
   };
+
+  // Called with mutex_ held, in a history after a fail_over(): how long the
+  // failover grace still runs, in seconds (0 or less: over or off). The
+  // first call in a history writes the marker.
+  double failover_grace_left(Table& table, std::uint64_t history, std::chrono::nanoseconds stale_threshold,
+                             std::chrono::nanoseconds now) {
+    if (failover_grace_ && *failover_grace_ <= std::chrono::nanoseconds::zero()) return 0;
+    if (table.grace_history != history) {
+      table.grace_history = history;
+      table.grace_since = now;
+      table.grace_longest = {};
+      for (const auto& [name, row] : table.rows)
+        if (row.present) table.grace_longest = std::max(table.grace_longest, row.stale_threshold);
+    }
+    const std::chrono::nanoseconds grace =
+        failover_grace_ ? *failover_grace_ : std::max(stale_threshold, table.grace_longest);
+    return std::chrono::duration<double>(table.grace_since + grace - now).count();
+  }
 
   // Called before an operation takes mutex_: the injected latency, if any.
   void delay() {
@@ -443,6 +482,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::atomic<std::chrono::nanoseconds::rep> latency_{0};  // read without mutex_, by delay()
   bool armed_ = false;  // any fault above (not latency) is armed: see rearm()
   std::chrono::nanoseconds offset_{};
+  std::optional<std::chrono::nanoseconds> failover_grace_;  // see set_failover_grace
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
   std::chrono::nanoseconds last_flush_{};
   std::uint64_t restarts_ = 0;
@@ -517,6 +557,11 @@ class MemoryBackend {
     const auto now = server_->now();
 
     AcquireResult& result = *out;
+    // After a failover, the grace (see MemoryServer::set_failover_grace).
+    const std::uint64_t history = server_->history_.load(std::memory_order_relaxed);
+    double grace_left = 0;
+    if (history != 0) [[unlikely]]
+      grace_left = server_->failover_grace_left(*found->table, history, request.stale_threshold, now);
     // Stale past the larger of our threshold and the holder's: a client with
     // a shorter one cannot take a lock from a holder that keeps a longer one.
     if (row.present && !(row.last_heartbeat < now - std::max(request.stale_threshold, row.stale_threshold))) {
@@ -524,6 +569,9 @@ class MemoryBackend {
       result.holder = row.instance_id;
       result.holder_age_s = server_->age_seconds(row);
       result.holder_token = row.token;
+    } else if (grace_left > 0) [[unlikely]] {
+      result.holder.assign(failover_grace_holder);
+      result.failover_grace_left_s = grace_left;
     } else {
       if (row.present) {
         result.reclaimed = true;
@@ -532,7 +580,7 @@ class MemoryBackend {
       }
       row.present = true;
       if (!detail::same_text(row.instance_id, request.instance_id)) row.instance_id.assign(request.instance_id);
-      row.fence = ++found->table->sequence + static_cast<Fence>(server_->history_.load(std::memory_order_relaxed) << 40);
+      row.fence = ++found->table->sequence + static_cast<Fence>(history << 40);
       row.token = request.token;
       row.stale_threshold = request.stale_threshold;
       // Assigned only when they differ: the same holder acquiring again copies nothing.

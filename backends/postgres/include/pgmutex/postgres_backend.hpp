@@ -71,6 +71,19 @@ struct PostgresOptions {
   std::string holder_command = {};
   // See StatementMode.
   StatementMode statement_mode = StatementMode::automatic;
+  // After a failover, a promoted standby (a server on a timeline above 1)
+  // grants no lock that looks free or stale until it has known its timeline
+  // this long: with asynchronous replication a grant the old primary made may
+  // be missing here while its holder still believes in it, for up to its
+  // stale threshold. A live row's holder keeps its lock meanwhile; others
+  // are refused (AcquireResult::failover_grace_left_s, holder
+  // "(failover grace)") and a blocking acquire waits. Default (nullopt): the
+  // larger of the requester's stale_threshold and the longest stored with a
+  // row on the new primary; set it to the longest stale_threshold of any
+  // instance if thresholds differ. 0 turns it off: safe with synchronous
+  // replication, where no acknowledged grant is lost; with asynchronous
+  // replication two holders could then both believe they hold a lock.
+  std::optional<std::chrono::nanoseconds> failover_grace = std::nullopt;
 };
 
 // A source of connections the backend borrows instead of owning one: defined
