@@ -116,6 +116,30 @@ TEST_CASE("the Asio engine connects, over the unix socket and over TCP", "[asio]
   CHECK(r.value.text(0, 0) == "t");
 }
 
+TEST_CASE("libpq replaces its socket while connecting (the first host refuses); the engine follows it", "[asio]") {
+  // A port nobody listens on: bound, then closed.
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(probe >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string dead_port = std::to_string(ntohs(address.sin_port));
+  ::close(probe);
+
+  const Server s = server();
+  asio::io_context ctx;
+  AsioPqConnection c(ctx.get_executor());
+  connect(ctx, c,
+          "host=127.0.0.1," + s.tcp_host + " port=" + dead_port + "," + s.port + " dbname=" + s.database +
+              " user=" + s.user);
+  auto r = exec(ctx, c, "SELECT inet_server_port()::text");
+  REQUIRE_FALSE(r.ec);
+  CHECK(r.value.text(0, 0) == s.port);
+}
+
 TEST_CASE("a refused connection says why; a statement before connecting is not_connected", "[asio]") {
   asio::io_context ctx;
   AsioPqConnection c(ctx.get_executor());
