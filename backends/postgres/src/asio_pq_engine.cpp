@@ -1,7 +1,9 @@
-#include "asio_pq_connection.hpp"
+#include "asio_pq_engine.hpp"
 
 #include <algorithm>
 #include <cstdlib>
+
+#include <boost/asio/error.hpp>
 
 #include <libpq-fe.h>
 
