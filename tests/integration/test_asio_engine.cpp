@@ -322,11 +322,13 @@ TEST_CASE("in a pipeline, a failing statement fails alone after each sync, or ab
   CHECK_FALSE(exec(ctx, c, "SELECT 1").ec);
 }
 
-TEST_CASE("a frozen peer fails a statement and a connect by their deadline", "[asio][frozen]") {
+TEST_CASE("a frozen peer fails a statement, a pipeline and a connect by their deadline", "[asio][frozen]") {
   FaultProxy proxy;
   asio::io_context ctx;
   AsioPqConnection c(ctx.get_executor());
   connect(ctx, c, proxy.dsn());
+  AsioPqConnection piped(ctx.get_executor());
+  connect(ctx, piped, proxy.dsn());
   proxy.set("freeze");
   auto frozen = exec(ctx, c, "SELECT 1", {}, 1500ms);
   REQUIRE(frozen.done);
@@ -334,6 +336,15 @@ TEST_CASE("a frozen peer fails a statement and a connect by their deadline", "[a
   CHECK(c.last_failure().kind == StatementFailure::Kind::timeout);
   CHECK(c.last_failure().sent);
   CHECK_FALSE(c.usable());
+
+  std::vector<PqStatement> statements(100, PqStatement::with_params("SELECT 1", {}));
+  auto pipeline = complete<std::vector<Outcome<Rows>>>(ctx, [&](auto h) {
+    piped.async_pipeline(statements, PipelineSync::after_each, in(1500ms), std::move(h));
+  });
+  REQUIRE(pipeline.done);
+  CHECK(pipeline.ec == PqErrc::timed_out);
+  CHECK(pipeline.value.empty());
+  CHECK_FALSE(piped.usable());
 
   // Still frozen: a new connection's startup gets no answer either.
   AsioPqConnection fresh(ctx.get_executor());
