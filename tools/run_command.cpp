@@ -119,6 +119,16 @@ void check_usage(const RunArgs& args) {
   throw Exit(args.conflict_exit_code, line);
 }
 
+// Nobody holds the lock, but the server was promoted after a failover and
+// grants nothing that looks free until its grace has passed (README, "Failover").
+[[noreturn]] void exit_in_failover_grace(const RunArgs& args, double left_s, bool timed_out) {
+  throw Exit(args.conflict_exit_code,
+             "lock '" + shown(args.lock) + "' is not granted" +
+                 (timed_out ? " after waiting " + seconds_text(args.timeout_s) : std::string()) +
+                 ": the server was promoted after a failover and grants no free lock for " + seconds_text(left_s) +
+                 " more (its failover grace: a holder whose grant the failover lost may still be running)");
+}
+
 [[noreturn]] void exit_interrupted(int signo, const std::string& when) {
   throw Exit(exit_code::signal_base + signo, std::string("interrupted by SIG") + signal_name(signo) + " " + when);
 }
@@ -153,6 +163,8 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
   else report.wait_ended(LockOutcome::none);  // an interrupt cancelled the wait
   if (const int signo = interrupts.interrupted_by(); signo != 0)
     exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + shown(args.lock) + "'");
+  if (!*guard && !args.quiet && guard->holder() && guard->holder()->failover_grace_left_s > 0)
+    exit_in_failover_grace(args, guard->holder()->failover_grace_left_s, guard->why() == Errc::timeout);
   if (!*guard) exit_taken(args, args.quiet ? std::nullopt : holder_of(mutex, *guard), guard->why() == Errc::timeout);
   return std::move(*guard);
 }

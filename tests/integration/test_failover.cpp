@@ -14,6 +14,7 @@
 //            on. With failover_grace = 0 a free lock is granted at once; with
 //            the default the grace applies there too.
 // Each run fails over once: run one tag per server pair (meson does).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cinttypes>
@@ -464,6 +465,20 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   CHECK(in_grace.holder()->instance_id == pgmutex::failover_grace_holder);
   CHECK(in_grace.holder()->failover_grace_left_s > 25.0);
   CHECK(in_grace.holder()->failover_grace_left_s <= 30.0);
+  // The command says why it did not run: the grace, not a holder (exit 75).
+  const char* tool = std::getenv("PGMUTEX_TEST_TOOL");
+  REQUIRE(tool != nullptr);
+  const std::string command = std::string(tool) + " run --lock free --dsn '" + pair.dsn + "' --table " + table +
+                              " -- true 2>&1";
+  std::string said;
+  FILE* out = popen(command.c_str(), "r");
+  REQUIRE(out != nullptr);
+  for (char buffer[512]; std::fgets(buffer, sizeof buffer, out) != nullptr;) said += buffer;
+  const int status = pclose(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 75);
+  CHECK(said.find("failover grace") != std::string::npos);
+  std::printf("sync failover: pgmutex run said: %s", said.c_str());
   // Unnamed statements (for a transaction pooler) carry the same rule.
   auto unnamed_options = quick_reconnects();
   unnamed_options.statement_mode = pgmutex::StatementMode::unnamed;
