@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include "pq_cancel.hpp"
+#include "pq_results.hpp"
 
 namespace pgmutex::postgres_detail {
 namespace {
@@ -28,12 +29,6 @@ class PqCategory final : public boost::system::error_category {
   }
 };
 
-std::string trimmed(const char* text) {
-  std::string out = text != nullptr ? text : "";
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
 void ignore_notice(void*, const char*) {}
 
 PqErrc errc_of(StatementFailure::Kind kind) noexcept {
@@ -46,71 +41,16 @@ PqErrc errc_of(StatementFailure::Kind kind) noexcept {
   return PqErrc::client_error;
 }
 
-bool is_sqlstate(std::string_view text) {
-  return text.size() == 5 && std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z');
-         });
-}
-
-// Why a connection attempt failed, read as PqConnection reads it: with
-// PQERRORS_VERBOSE a server's refusal carries its SQLSTATE ("FATAL:  28P01:
-// ..."), which tells a refusal from an unreachable server.
-StatementFailure connect_failure(PGconn* c) {
-  if (PQconnectionNeedsPassword(c) != 0)
-    return {StatementFailure::Kind::server, "28000",
-            "the server asks for a password and none was given (password in the DSN, PGPASSWORD or ~/.pgpass)", false};
-  std::string text = trimmed(PQerrorMessage(c));
-  std::string state;
-  for (std::size_t at = text.find(":  "); at != std::string::npos; at = text.find(":  ", at + 1)) {
-    const std::size_t code = at + 3;
-    if (code + 7 <= text.size() && is_sqlstate(std::string_view(text).substr(code, 5)) &&
-        text.compare(code + 5, 2, ": ") == 0) {
-      state = text.substr(code, 5);
-      text.erase(code, 7);
-    }
-  }
-  for (std::size_t at = text.find("\nLOCATION:"); at != std::string::npos; at = text.find("\nLOCATION:")) {
-    const std::size_t end = text.find('\n', at + 1);
-    text.erase(at, end == std::string::npos ? std::string::npos : end - at);
-  }
-  if (state.empty()) return {StatementFailure::Kind::connection_lost, {}, std::move(text), false};
-  return {StatementFailure::Kind::server, std::move(state), std::move(text), false};
-}
 
 // A result as rows, or the server's refusal.
 Outcome<Rows> outcome_of(PGresult* result) {
   const ExecStatusType status = PQresultStatus(result);
-  if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
-    Rows rows;
-    const int n = PQntuples(result);
-    const int fields = PQnfields(result);
-    rows.rows.resize(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      auto& row = rows.rows[static_cast<std::size_t>(r)];
-      row.reserve(static_cast<std::size_t>(fields));
-      for (int f = 0; f < fields; ++f) {
-        if (PQgetisnull(result, r, f) != 0) row.emplace_back(std::nullopt);
-        else row.emplace_back(std::string(PQgetvalue(result, r, f), static_cast<std::size_t>(PQgetlength(result, r, f))));
-      }
-    }
-    rows.affected = std::strtol(PQcmdTuples(result), nullptr, 10);
-    return rows;
-  }
+  if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return rows_of(result);
   if (status == PGRES_PIPELINE_ABORTED)
     return tl::unexpected(StatementFailure{StatementFailure::Kind::server, "25P02",
                                            "not run: an earlier statement of its transaction in the pipeline failed",
                                            false});
-  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-  return tl::unexpected(StatementFailure{
-      state != nullptr ? StatementFailure::Kind::server : StatementFailure::Kind::connection_lost,
-      state != nullptr ? state : "", trimmed(PQresultErrorMessage(result)), true});
-}
-
-std::vector<const char*> values_of(const std::vector<std::string>& params) {
-  std::vector<const char*> values;
-  values.reserve(params.size());
-  for (const std::string& p : params) values.push_back(p.c_str());
-  return values;
+  return tl::unexpected(failure_of(result));
 }
 
 int send(PGconn* c, const PqStatement& s) {

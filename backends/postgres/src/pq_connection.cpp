@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "pq_cancel.hpp"
+#include "pq_results.hpp"
 
 namespace pgmutex::postgres_detail {
 namespace {
@@ -35,52 +36,12 @@ Ready wait_socket(int socket, short events, Deadline deadline) {
   }
 }
 
-std::string trimmed(const char* text) {
-  std::string out = text != nullptr ? text : "";
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
 void ignore_notice(void*, const char*) {}
 
 StatementFailure timed_out(std::string_view during, bool sent) {
   return StatementFailure{StatementFailure::Kind::timeout, {}, "timed out " + std::string(during), sent};
 }
 
-bool is_sqlstate(std::string_view text) {
-  return text.size() == 5 && std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z');
-         });
-}
-
-// Why a connection attempt failed. With PQERRORS_VERBOSE libpq writes a
-// server's refusal as "...failed: FATAL:  28P01: password authentication
-// failed ...\nLOCATION: ...": the SQLSTATE tells a refusal (wrong password,
-// no such database or role) from an unreachable server, whatever the
-// language of the messages. With several hosts the last answer counts.
-StatementFailure connect_failure(PGconn* c) {
-  if (PQconnectionNeedsPassword(c) != 0)
-    // libpq gave up before the server could decide: the same class as a
-    // wrong password (28000, invalid authorization), so never retried.
-    return {StatementFailure::Kind::server, "28000",
-            "the server asks for a password and none was given (password in the DSN, PGPASSWORD or ~/.pgpass)", false};
-  std::string text = trimmed(PQerrorMessage(c));
-  std::string state;
-  for (std::size_t at = text.find(":  "); at != std::string::npos; at = text.find(":  ", at + 1)) {
-    const std::size_t code = at + 3;
-    if (code + 7 <= text.size() && is_sqlstate(std::string_view(text).substr(code, 5)) && text.compare(code + 5, 2, ": ") == 0) {
-      state = text.substr(code, 5);
-      text.erase(code, 7);
-    }
-  }
-  // LOCATION lines name the server's source file: noise to a user.
-  for (std::size_t at = text.find("\nLOCATION:"); at != std::string::npos; at = text.find("\nLOCATION:")) {
-    const std::size_t end = text.find('\n', at + 1);
-    text.erase(at, end == std::string::npos ? std::string::npos : end - at);
-  }
-  if (state.empty()) return {StatementFailure::Kind::connection_lost, {}, std::move(text), false};
-  return {StatementFailure::Kind::server, std::move(state), std::move(text), false};
-}
 
 }  // namespace
 
@@ -192,30 +153,6 @@ Outcome<Rows> PqConnection::run(Send&& send, Read&& read, Deadline deadline) {
   return read(deadline);
 }
 
-namespace {
-Rows rows_of(PGresult* result) {
-  Rows rows;
-  const int n = PQntuples(result);
-  const int fields = PQnfields(result);
-  rows.rows.resize(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    auto& row = rows.rows[static_cast<std::size_t>(r)];
-    row.reserve(static_cast<std::size_t>(fields));
-    for (int f = 0; f < fields; ++f) {
-      if (PQgetisnull(result, r, f) != 0) row.emplace_back(std::nullopt);
-      else row.emplace_back(std::string(PQgetvalue(result, r, f), static_cast<std::size_t>(PQgetlength(result, r, f))));
-    }
-  }
-  rows.affected = std::strtol(PQcmdTuples(result), nullptr, 10);
-  return rows;
-}
-
-StatementFailure failure_of(PGresult* result) {
-  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-  return StatementFailure{state != nullptr ? StatementFailure::Kind::server : StatementFailure::Kind::connection_lost,
-                          state != nullptr ? state : "", trimmed(PQresultErrorMessage(result)), true};
-}
-}  // namespace
 
 bool PqConnection::await_result(Deadline deadline, std::optional<StatementFailure>& failure) {
   while (PQisBusy(connection_) != 0) {
@@ -314,14 +251,6 @@ Outcome<Rows> PqConnection::prepare(const std::string& name, const std::string& 
   return run([&](PGconn* c) { return PQsendPrepare(c, name.c_str(), sql.c_str(), 0, nullptr); }, deadline);
 }
 
-namespace {
-std::vector<const char*> values_of(const std::vector<std::string>& params) {
-  std::vector<const char*> values;
-  values.reserve(params.size());
-  for (const std::string& p : params) values.push_back(p.c_str());
-  return values;
-}
-}  // namespace
 
 Outcome<Rows> PqConnection::exec_prepared(const std::string& name, const std::vector<std::string>& params,
                                           Deadline deadline) {
