@@ -3,7 +3,7 @@
 // partitions, statements that hang until released, server restarts that
 // forget heartbeats committed asynchronously, clients whose clocks drift by
 // up to ±5% and that each keep their own heartbeat interval, alert and stale
-// thresholds and safety margin, several locks in several tables. After every step the safety invariants are checked, per lock:
+// thresholds and safety margin, 1 to 8 locks in 1 to 3 tables. After every step the safety invariants are checked, per lock:
 //   - fences are granted in increasing order;
 //   - at most one instance believes it holds the lock, and the row is its own;
 //   - no instance believes it holds past its lease deadline (the row's age,
@@ -22,6 +22,8 @@
 #include <array>
 #include <cstdlib>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using namespace pgmutex;
 using namespace pgmutex::testing;
@@ -33,13 +35,22 @@ constexpr int instance_count = 8;
 constexpr int steps_per_run = 300;
 constexpr std::uint64_t default_seeds = 100000;
 
-// Four locks in two tables; instance i contends for lock i % 4.
+// Each run draws its layout: 1, 2, 4 or 8 locks spread over 1 to 3 tables
+// (lock k in table k % tables); instance i contends for lock i % locks, so
+// from eight instances on one lock down to one instance per lock.
 struct LockSpot {
-  const char* table;
-  const char* name;
+  std::string table;
+  std::string name;
 };
-constexpr std::array<LockSpot, 4> spots{{{"mutex_lock", "job"}, {"mutex_lock", "report"},
-                                         {"other_locks", "job"}, {"other_locks", "sync"}}};
+constexpr std::array<const char*, 3> table_names{"mutex_lock", "other_locks", "third_locks"};
+
+std::vector<LockSpot> draw_spots(Prng& setup) {
+  const std::size_t locks = std::size_t{1} << setup.below(4);
+  const std::size_t tables = 1 + setup.below(table_names.size());
+  std::vector<LockSpot> spots;
+  for (std::size_t k = 0; k < locks; ++k) spots.push_back({table_names[k % tables], "lock" + std::to_string(k)});
+  return spots;
+}
 
 struct Outcome {
   int grants = 0;
@@ -59,6 +70,7 @@ Outcome simulate(std::uint64_t seed) {
   const bool asynchronous = setup.chance(1, 2);
   if (asynchronous) sim.server().set_asynchronous_heartbeats(600ms);
 
+  const std::vector<LockSpot> spots = draw_spots(setup);
   std::vector<SimMutex> instances;
   std::vector<SimMutex::guard_type> guards(instance_count);
   std::vector<bool> partitioned(instance_count, false);
@@ -85,12 +97,12 @@ Outcome simulate(std::uint64_t seed) {
                                      NoMetrics{}, rate[i]));
     lease_true_s[i] = std::chrono::duration<double>(instances.back().options().lease()).count() / rate[i];
   }
-  instances[0].create_schema();
-  instances[2].create_schema();
+  // One instance per table creates it (instance k uses lock k's table).
+  for (std::size_t k = 0; k < spots.size() && k < table_names.size(); ++k) instances[k].create_schema();
 
   Outcome out;
-  std::array<Fence, spots.size()> last_granted{};
-  std::array<Fence, spots.size()> resource{};  // the highest fence each protected resource accepted
+  std::vector<Fence> last_granted(spots.size(), 0);
+  std::vector<Fence> resource(spots.size(), 0);  // the highest fence each protected resource accepted
   std::ostringstream why;
 
   for (int step = 0; step < steps_per_run && out.failure.empty(); ++step) {
