@@ -12,7 +12,10 @@ std::string PrometheusMetrics::render() const {
   std::string out;
   for (const describe::Field& field : describe::Description<LockMetrics>::fields) {
     exposition::family(out, field.metric, field.metric_type, field.doc);
-    for (const auto& [lock, numbers] : locks) {
+    // Not a structured binding: clang 15 (the fuzz build) cannot capture one in a lambda.
+    for (const auto& entry : locks) {
+      const auto& lock = entry.first;
+      const auto& numbers = entry.second;
       const std::string labels = exposition::labels({{"lock", lock}});
       describe::for_each_field(numbers, [&](const describe::Field& member, const auto& value) {
         if (&member != &field) return;
