@@ -162,9 +162,8 @@ std::vector<std::string> secrets_of(std::string_view dsn) {
     secrets.push_back(span.value);
   }
   if (const char* env = std::getenv("PGPASSWORD")) secrets.emplace_back(env);
+  // Empty ones would match everywhere; scrub() itself prefers the longest.
   std::erase_if(secrets, [](const std::string& s) { return s.empty(); });
-  // Longest first, so that a secret inside another is not half-replaced.
-  std::ranges::sort(secrets, std::greater<>{}, &std::string::size);
   return secrets;
 }
 
