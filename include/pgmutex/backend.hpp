@@ -6,7 +6,9 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <stop_token>
 #include <span>
 #include <string>
 #include <string_view>
@@ -185,5 +187,64 @@ template <class B>
 concept BackendBatchesHeartbeats = requires(B& b, std::span<const HolderKey> keys) {
   { b.heartbeat_many(keys) } noexcept -> std::same_as<Result<std::vector<bool>>>;
 };
+
+// --- Sessions: many mutexes of one process on one connection (pgmutex::Session).
+
+// What a heartbeat sent with heartbeat_async came to: the answer
+// (Errc::lock_not_held if the row is no longer ours), and the server session
+// and history it ran on (see BackendReportsSession and BackendReportsHistory;
+// 0 where the backend does not tell).
+struct BeatReply {
+  Result<void> result;
+  std::uint64_t session = 0;
+  std::uint64_t history = 0;
+};
+using BeatCallback = std::function<void(BeatReply)>;
+
+// A heartbeat that does not block the caller: the backend may hold it for a
+// short while to send it with others in one statement. `done` runs exactly
+// once, later, on a thread of the backend's (never inside this call), and must
+// not block: the mutex only notes the answer there. The backend copies what
+// it keeps of `key` (its views die with the call). With it, the mutex's
+// wake-up sends the automatic heartbeat without a thread of the executor.
+template <class B>
+concept BackendBeatsAsynchronously = requires(B& b, const HolderKey& key, BeatCallback done) {
+  { b.heartbeat_async(key, std::move(done)) } noexcept -> std::same_as<void>;
+};
+
+// What a waiter knows of the lock it waits for.
+struct WatchRequest {
+  LockRef lock;
+  // The waiter's: a row is stale past the larger of this and the threshold
+  // stored with the holder's grant.
+  std::chrono::nanoseconds stale_threshold{0};
+  // When the holder's row goes stale as the waiter's last try saw it
+  // (threshold minus the holder's age); unknown: nullopt.
+  std::optional<std::chrono::nanoseconds> holder_stale_in = std::nullopt;
+};
+
+// Block until the lock may be free: a release announced (NOTIFY), the
+// holder's stale deadline reached, or a re-check found the row gone or stale
+// (true); `timeout` passed or `stop` requested (false). The backend shares
+// one way of hearing about releases between all its waiters, so a waiter
+// costs no statement while it waits; the mutex then waits with it instead of
+// polling every poll_interval.
+template <class B>
+concept BackendWatchesLocks =
+    requires(B& b, const WatchRequest& w, std::chrono::nanoseconds timeout, std::stop_token stop) {
+      { b.wait_until_free(w, timeout, stop) } noexcept -> std::same_as<Result<bool>>;
+    };
+
+// The same without blocking: `woken` runs once, on a thread of the backend's,
+// when the lock may be free (as wait_until_free returns true); it must not
+// block. cancel_watch: true if `woken` had not started and never will; false
+// if it ran or is running.
+using WatchId = std::uint64_t;
+template <class B>
+concept BackendWatchesLocksAsynchronously =
+    requires(B& b, const WatchRequest& w, std::function<void()> woken, WatchId id) {
+      { b.watch_async(w, std::move(woken)) } noexcept -> std::same_as<Result<WatchId>>;
+      { b.cancel_watch(id) } noexcept -> std::same_as<bool>;
+    };
 
 }  // namespace pgmutex

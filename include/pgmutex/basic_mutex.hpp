@@ -46,6 +46,12 @@
 
 namespace pgmutex {
 
+namespace detail {
+// Reaches a mutex's and a guard's shared state for an executor's async forms
+// (defined with AsioExecutor, in pgmutex/asio/); nothing else uses it.
+struct AsyncAccess;
+}  // namespace detail
+
 template <Backend B, Clock C = SteadyClock, Metrics M = NoMetrics, Executor E = ThreadExecutor>
 class BasicMutex {
   class State;
@@ -148,6 +154,18 @@ class BasicMutex {
   // or a move of this mutex.
   [[nodiscard]] const guard_type* lock_guard() const noexcept { return locked_.owns_lock() ? &locked_ : nullptr; }
 
+  // ---- Async forms: where the executor policy provides them (AsioExecutor,
+  // <pgmutex/asio.hpp>). Each takes an Asio completion token; the guard's
+  // async_release, async_heartbeat and async_wait_lost are on the guard.
+  template <class Token>
+  decltype(auto) async_try_acquire(Token&& token) {
+    return E::async_try_acquire(*this, std::forward<Token>(token));
+  }
+  template <class Token>
+  decltype(auto) async_acquire(std::optional<duration> timeout, Token&& token) {
+    return E::async_acquire(*this, timeout, std::forward<Token>(token));
+  }
+
   // Wraps `fn` so that each call runs it only if the lock is acquired (one try,
   // or waiting per `wait`), passing it the guard or its stop_token if it takes
   // one. The wrapper shares this mutex's state: it keeps working when the
@@ -159,6 +177,8 @@ class BasicMutex {
   }
 
  private:
+  friend struct detail::AsyncAccess;
+
   static BackendTraits traits_of(const B& backend) noexcept {
     if constexpr (BackendReportsCommitMode<B>) return BackendTraits{backend.heartbeat_commits_asynchronously()};
     else return BackendTraits{};
@@ -180,6 +200,7 @@ class BasicMutex {
    public:
     using time_point = typename C::time_point;
     using Book = detail::GrantBook<time_point>;
+    using executor_type = E;
 
     State(ValidOptions o, B b, C c, M m, E e)
         : options(std::move(o)), backend(std::move(b)), clock(std::move(c)), metrics(std::move(m)),

@@ -14,6 +14,10 @@
 
 namespace pgmutex {
 
+namespace detail {
+struct AsyncAccess;  // see basic_mutex.hpp
+}  // namespace detail
+
 // Who held the lock when an acquire did not get it.
 struct HolderInfo {
   std::string instance_id;
@@ -92,8 +96,26 @@ class BasicGuard {
   }
   void release() { value_or_throw(release(nothrow)); }
 
+  // ---- Async forms: where the mutex's executor policy provides them
+  // (AsioExecutor, <pgmutex/asio.hpp>). async_release takes the grant out of
+  // this guard at once, as release() does; async_wait_lost completes when
+  // the lease is lost (never if it is released first: cancel it then).
+  template <class Token>
+  decltype(auto) async_release(Token&& token) {
+    return State::executor_type::async_release(std::move(*this), std::forward<Token>(token));
+  }
+  template <class Token>
+  decltype(auto) async_heartbeat(Token&& token) {
+    return State::executor_type::async_heartbeat(*this, std::forward<Token>(token));
+  }
+  template <class Token>
+  decltype(auto) async_wait_lost(Token&& token) {
+    return State::executor_type::async_wait_lost(*this, std::forward<Token>(token));
+  }
+
  private:
   friend State;
+  friend struct detail::AsyncAccess;
 
   BasicGuard(State* state, std::uint64_t generation, Fence fence) noexcept
       : state_(state), generation_(generation), fence_(fence) {}

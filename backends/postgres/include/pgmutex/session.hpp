@@ -1,0 +1,127 @@
+// pgmutex::Session: many mutexes of one process on one Postgres connection.
+//
+// A Session owns one connection and one I/O thread, and serves every mutex
+// built on it (SessionMutex, blocking; AsioMutex, <pgmutex/asio.hpp>, async):
+//   - heartbeats due within one tick go out as one statement (heartbeat_many);
+//   - one LISTEN serves every waiter, dispatched by the lock's channel; a
+//     waiter sleeps until a release is announced or the holder's row goes
+//     stale, never polling; a slow re-check (after a reconnect and every
+//     recheck_interval, one statement per table) catches a missed NOTIFY;
+//   - each statement keeps its deadline, and each mutex its own lease timer:
+//     a hung statement fails every lock waiting on it on time, and one lock's
+//     loss never delays another's watchdog.
+// This header names neither libpq nor Asio.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "pgmutex/backend.hpp"
+#include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/error.hpp"
+#include "pgmutex/postgres_backend.hpp"
+
+namespace pgmutex {
+
+struct SessionOptions {
+  // The connection: timeouts, reconnects, statement mode (see PostgresOptions).
+  PostgresOptions postgres = {};
+  // Heartbeats requested within one tick are sent together, in one statement
+  // per lock table, at the tick's end: a heartbeat waits at most this long.
+  // Keep it well below the heartbeat_interval of the mutexes.
+  std::chrono::nanoseconds heartbeat_tick = std::chrono::milliseconds(100);
+  // Every watched lock's table is read again this often (and after each
+  // reconnect), in case a NOTIFY was missed. Without LISTEN (unnamed
+  // statements, behind a transaction pooler) the tables are read every
+  // unnamed_recheck_interval instead.
+  std::chrono::nanoseconds recheck_interval = std::chrono::seconds(30);
+  std::chrono::nanoseconds unnamed_recheck_interval = std::chrono::seconds(1);
+};
+
+// What the session did so far: for tests, benchmarks and metrics.
+struct SessionStats {
+  std::uint64_t statements = 0;            // statements sent (LISTEN and set-up included)
+  std::uint64_t heartbeat_statements = 0;  // heartbeat_many statements sent by the batching
+  std::uint64_t heartbeats = 0;            // heartbeats those statements carried
+  std::uint64_t notifications = 0;         // NOTIFYs received that woke a waiter
+  std::uint64_t rechecks = 0;              // table reads for watched locks
+  std::uint64_t connects = 0;              // connections opened
+};
+
+class SessionBackend;
+
+class Session {
+ public:
+  // Starts the I/O thread; connects on first use (or connect()). The DSN is
+  // handed to libpq as PostgresBackend's is.
+  static std::shared_ptr<Session> create(std::string dsn, SessionOptions options = {});
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  // Stops the I/O thread and closes the connection. Mutexes still on it then
+  // fail their statements with backend_unavailable.
+  ~Session();
+
+  Result<void> connect() noexcept;
+  // A Backend for one mutex on this session (SessionMutex's first argument).
+  [[nodiscard]] SessionBackend backend();
+  [[nodiscard]] SessionStats stats() const noexcept;
+  [[nodiscard]] std::string redacted_dsn() const;
+  [[nodiscard]] const SessionOptions& options() const noexcept;
+
+  struct Core;  // the I/O thread, the connection and the queues (session.cpp)
+
+ private:
+  explicit Session(std::shared_ptr<Core> core);
+  std::shared_ptr<Core> core_;
+};
+
+// One mutex's view of a session: the Backend contract (each statement goes
+// through the session's connection, serialized with the other mutexes'),
+// plus batched asynchronous heartbeats and shared waits. Cheap to make, one
+// per mutex; it keeps the session alive.
+class SessionBackend {
+ public:
+  explicit SessionBackend(std::shared_ptr<Session> session);
+  SessionBackend(SessionBackend&&) noexcept;
+  SessionBackend& operator=(SessionBackend&&) noexcept;
+  ~SessionBackend();
+
+  // --- the Backend contract (pgmutex/backend.hpp)
+  Result<void> create_schema(std::string_view table) noexcept;
+  Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept;
+  Result<void> heartbeat(const HolderKey& key) noexcept;
+  Result<void> release(const HolderKey& key) noexcept;
+  Result<std::optional<LockRow>> inspect(LockRef lock) noexcept;
+  Result<std::vector<LockRow>> list(std::string_view table) noexcept;
+  Result<std::optional<LockRow>> force_release(LockRef lock) noexcept;
+
+  // --- optional operations
+  Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
+  void heartbeat_async(const HolderKey& key, BeatCallback done) noexcept;
+  Result<bool> wait_until_free(const WatchRequest& watch, std::chrono::nanoseconds timeout,
+                               std::stop_token stop) noexcept;
+  Result<WatchId> watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept;
+  bool cancel_watch(WatchId id) noexcept;
+  [[nodiscard]] std::uint64_t session() const noexcept;
+  [[nodiscard]] std::uint64_t history() const noexcept;
+  [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept;
+
+  [[nodiscard]] const std::shared_ptr<Session>& owner() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A blocking mutex on a session: SessionMutex(session->backend(), options).
+extern template class BasicMutex<SessionBackend>;
+using SessionMutex = BasicMutex<SessionBackend>;
+
+}  // namespace pgmutex
