@@ -673,20 +673,23 @@ class BasicMutex {
     // The automatic heartbeat through a backend that batches it: no thread
     // of the executor waits for it. The reply comes on the backend's thread;
     // like a posted task, it does nothing once the last owner went.
-    void start_async_beat(const typename Book::Grant& g) {
-      add_reference();
-      const time_point sent = clock.now();
-      try {
-        backend.heartbeat_async(holder_key(g), [this, g, sent](BeatReply reply) {
-          run_as_task([&] {
-            (void)note_beat(g, sent, std::move(reply.result), detail::ServerSession{reply.session, reply.history},
-                            /*automatic=*/true, /*announce_here=*/false);
+    // (A body only for such backends: an explicit instantiation compiles every member.)
+    void start_async_beat([[maybe_unused]] const typename Book::Grant& g) {
+      if constexpr (BackendBeatsAsynchronously<B>) {
+        add_reference();
+        const time_point sent = clock.now();
+        try {
+          backend.heartbeat_async(holder_key(g), [this, g, sent](BeatReply reply) {
+            run_as_task([&] {
+              (void)note_beat(g, sent, std::move(reply.result), detail::ServerSession{reply.session, reply.history},
+                              /*automatic=*/true, /*announce_here=*/false);
+            });
+            drop_reference(this);
           });
-          drop_reference(this);
-        });
-      } catch (...) {
-        drop_reference(this);  // no memory for the callback: the next wake-up tries again
-        book.beat_not_started();
+        } catch (...) {
+          drop_reference(this);  // no memory for the callback: the next wake-up tries again
+          book.beat_not_started();
+        }
       }
     }
 
