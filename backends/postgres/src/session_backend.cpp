@@ -34,7 +34,7 @@ std::shared_ptr<Session> Session::create(std::string dsn, SessionOptions options
   check_positive(options.unnamed_recheck_interval, "unnamed_recheck_interval");
   check_positive(options.postgres.default_timeout, "postgres.default_timeout");
   auto core = std::make_shared<Core>(std::move(dsn), std::move(options));
-  core->start();
+  core->start(core);
   std::shared_ptr<Session> session(new Session(std::move(core)));
   session->self_ = session;
   return session;

@@ -32,11 +32,14 @@ SessionCore::~SessionCore() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-void SessionCore::start() {
+void SessionCore::start(std::shared_ptr<SessionCore> self) {
   // The I/O thread's backend must not keep the core alive (it lives in it):
   // an aliasing pointer that owns nothing.
   io_backend_.emplace(SharedAccess::make(std::shared_ptr<SessionCore>(std::shared_ptr<void>(), this), nullptr));
-  thread_ = std::thread([this] {
+  // The thread keeps the core alive until it ends: the last owner may let go
+  // on the thread itself (a beat's callback that held the last mutex of the
+  // session), and the core must outlive that callback's return.
+  thread_ = std::thread([this, keep = std::move(self)] {
     thread_id_ = std::this_thread::get_id();
     run();
   });
@@ -47,12 +50,24 @@ void SessionCore::stop() noexcept {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
+    // Whoever waits in the queue is told: their jobs never run.
+    for (Job* job : jobs_) job->cv.notify_all();
   }
   wake();
-  if (thread_.joinable()) thread_.join();
-  // Whoever still waits in a queue is told: their jobs never run.
-  std::lock_guard lock(mutex_);
-  for (Job* job : jobs_) job->cv.notify_all();
+  if (thread_.joinable()) {
+    if (on_io_thread()) thread_.detach();  // the thread ends after the callback that stopped it
+    else thread_.join();
+  }
+  // Pending beats and watches are dropped: their callbacks may own mutexes of
+  // this session, so they are destroyed outside the lock.
+  std::vector<Beat> beats;
+  std::map<WatchId, Watch> watches;
+  {
+    std::lock_guard lock(mutex_);
+    beats.swap(beats_);
+    watches.swap(watches_);
+    tick_end_.reset();
+  }
 }
 
 void SessionCore::wake() noexcept {

@@ -48,8 +48,8 @@ class SessionCore : public SharedConnection {
   SessionCore& operator=(const SessionCore&) = delete;
   ~SessionCore() override;
 
-  // Starts the I/O thread (once the core is owned by a shared_ptr).
-  void start();
+  // Starts the I/O thread, which owns `self` (this core) until it ends.
+  void start(std::shared_ptr<SessionCore> self);
   // Ends the I/O thread; queued jobs then fail, pending beats and watches are dropped.
   void stop() noexcept;
 
