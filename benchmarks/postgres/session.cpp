@@ -158,7 +158,9 @@ void bench_b() {
       while (!stop.stop_requested()) (void)b.wait_until_free(WatchRequest{{table, "w"}, 600s, std::nullopt}, 60s, stop.get_token());
     });
   while (waiting.load() < n) std::this_thread::sleep_for(10ms);
-  std::this_thread::sleep_for(2s);  // registered, and the server's statistics flushed
+  // Registered; and the server flushes a backend's statistics up to 10 s after it went
+  // idle (PGSTAT_IDLE_INTERVAL), so the registrations' own statements settle first.
+  std::this_thread::sleep_for(12s);
   const std::string xacts = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
   const auto s0 = session->stats();
   const long x0 = admin_long(xacts);

@@ -9,9 +9,10 @@
 namespace pgmutex::postgres_detail {
 namespace {
 
-Error not_held(const SessionCore::Beat& beat) {
-  return Error(Errc::lock_not_held, "lock '" + beat.lock_name + "' has no row for instance '" + beat.instance_id +
-                                        "' with fence " + std::to_string(beat.fence) + " and this grant's token");
+Error not_held(const HolderKey& key) {
+  return Error(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "' has no row for instance '" +
+                                        std::string(key.instance_id) + "' with fence " + std::to_string(key.fence) +
+                                        " and this grant's token");
 }
 
 }  // namespace
@@ -28,6 +29,38 @@ void SessionCore::add_beat(Beat beat) {
     beats_.push_back(std::move(beat));
   }
   if (first) wake();  // the I/O thread's timer changed
+}
+
+// One table's keys: first in one statement that skips rows another
+// transaction has locked (so one foreign row lock never fails the heartbeats
+// of every other lock in the table), then the keys it did not find, if any,
+// in one statement that waits for their rows (within its lock_timeout): a
+// locked row then fails its own key with a timeout, a row that is gone
+// answers lock_not_held.
+std::vector<std::optional<Error>> SessionCore::send(std::span<const HolderKey> keys, bool durable) {
+  std::vector<std::optional<Error>> out(keys.size());
+  auto held = SharedAccess::heartbeat_many(*io_backend_, keys, durable, true);
+  ++heartbeat_statements_;
+  heartbeats_ += keys.size();
+  if (!held) {
+    std::fill(out.begin(), out.end(), held.error());
+    return out;
+  }
+  std::vector<HolderKey> missed;
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    if (!(*held)[i]) {
+      missed.push_back(keys[i]);
+      where.push_back(i);
+    }
+  if (missed.empty()) return out;
+  auto again = SharedAccess::heartbeat_many(*io_backend_, missed, durable, false);
+  ++heartbeat_statements_;
+  for (std::size_t k = 0; k < where.size(); ++k) {
+    if (!again) out[where[k]] = again.error();
+    else if (!(*again)[k]) out[where[k]] = not_held(missed[k]);
+  }
+  return out;
 }
 
 void SessionCore::send_beats() {
@@ -67,15 +100,12 @@ void SessionCore::send_beats() {
       keys.push_back(HolderKey{{b.table, b.lock_name}, b.instance_id, b.fence, b.token,
                                std::max(b.deadline - started, std::chrono::nanoseconds(1))});
     }
-    auto held = SharedAccess::heartbeat_many(*io_backend_, keys, durable);
-    ++heartbeat_statements_;
-    heartbeats_ += keys.size();
-    if (held && !durable && io_backend_->history() != history) {
+    auto answers = send(keys, durable);
+    const bool any_beaten = std::any_of(answers.begin(), answers.end(), [](const auto& a) { return !a; });
+    if (any_beaten && !durable && io_backend_->history() != history) {
       // A reconnect inside reached a new history: the first heartbeat there must be durable.
       durable = true;
-      held = SharedAccess::heartbeat_many(*io_backend_, keys, true);
-      ++heartbeat_statements_;
-      heartbeats_ += keys.size();
+      answers = send(keys, true);
     }
     const std::uint64_t session = io_backend_->session();
     const std::uint64_t ran_on = io_backend_->history();
@@ -84,11 +114,11 @@ void SessionCore::send_beats() {
       const Beat& b = batch[index[k]];
       reply.session = session;
       reply.history = ran_on;
-      if (!held) reply.result = tl::unexpected(held.error());
-      else if (!(*held)[k]) reply.result = tl::unexpected(not_held(b));
+      if (answers[k]) reply.result = tl::unexpected(std::move(*answers[k]));
       else if (durable && b.mark) b.mark->history = ran_on;  // committed synchronously: durable for this mutex
     }
   }
+  note_counts();
   // No lock held: a callback may ask for the next heartbeat at once.
   for (std::size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(replies[i]));
 }

@@ -581,13 +581,14 @@ Result<bool> PostgresBackend::wait_for_release(LockRef lock_ref, std::chrono::na
 }
 
 Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const HolderKey> keys) noexcept {
-  return heartbeat_many_of(impl_.get(), keys, false);
+  return heartbeat_many_of(impl_.get(), keys, false, false);
 }
 
 // `durable`: commit synchronously whatever the options say (a session's batch
-// that carries a heartbeat due to be durable).
+// that carries a heartbeat due to be durable). `skip_locked`: a row another
+// transaction locked is reported false instead of waited for.
 Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::span<const HolderKey> keys,
-                                                            bool durable) noexcept {
+                                                            bool durable, bool skip_locked) noexcept {
   if (impl == nullptr) return moved_from();
   const auto& impl_ = impl;
   std::vector<bool> held(keys.size(), false);
@@ -626,7 +627,8 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
           Effect::idempotent_write, Bound::from(impl_->bound_of(timeout)),
           [&](Session& session, const Bound& bound) -> Outcome<Beaten> {
             const bool sync = durable || (impl_->mark && impl_->durable_due(session));
-            auto rows = session.run(impl_->statements(table, session.unnamed() || sync).heartbeat_many,
+            const TableStatements& st = impl_->statements(table, session.unnamed() || sync);
+            auto rows = session.run(skip_locked ? st.heartbeat_many_skip_locked : st.heartbeat_many,
                                     {text_array(names), text_array(instances), fences, tokens, bound.lock_timeout_param()},
                                     bound);
             if (!rows) return tl::unexpected(std::move(rows.error()));
@@ -690,8 +692,8 @@ PostgresBackend SharedAccess::make(std::shared_ptr<SharedConnection> core, std::
 }
 
 Result<std::vector<bool>> SharedAccess::heartbeat_many(PostgresBackend& backend, std::span<const HolderKey> keys,
-                                                       bool durable) noexcept {
-  return PostgresBackend::heartbeat_many_of(backend.impl_.get(), keys, durable);
+                                                       bool durable, bool skip_locked) noexcept {
+  return PostgresBackend::heartbeat_many_of(backend.impl_.get(), keys, durable, skip_locked);
 }
 
 Result<std::string> SharedAccess::listen(PostgresBackend& backend, LockRef lock_ref) noexcept {

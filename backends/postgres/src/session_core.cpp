@@ -105,6 +105,11 @@ bool SessionCore::call(const std::function<void(OwnSession&)>& body, Deadline qu
   }
 }
 
+void SessionCore::note_counts() noexcept {
+  statements_ = own_.statements();
+  connects_ = own_.connects();
+}
+
 std::uint64_t SessionCore::epoch() const noexcept { return own_.connected() ? own_.connects() : 0; }
 
 std::chrono::nanoseconds SessionCore::recheck_every() const {
@@ -149,6 +154,7 @@ void SessionCore::run() noexcept {
     }
     if (job != nullptr) {
       (*job->body)(own_);
+      note_counts();  // before the caller returns, so its stats() include its statements
       std::lock_guard lock(mutex_);
       job->done = true;
       job->cv.notify_all();

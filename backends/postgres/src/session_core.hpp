@@ -100,11 +100,15 @@ class SessionCore : public SharedConnection {
   };
 
   void run() noexcept;
+  // Copies the connection's counts to the stats (read by any thread).
+  void note_counts() noexcept;
   void wake() noexcept;
   // After any I/O: dispatches notifications, wakes watches a reconnect or a
   // lost connection left deaf, counts statements.
   void after_io();
   void send_beats();
+  // Each key's answer: nullopt if beaten, else why not.
+  std::vector<std::optional<Error>> send(std::span<const HolderKey> keys, bool durable);
   // Reads each table with watches due (or all, at a re-check) once.
   void check_watches(bool all);
   [[nodiscard]] Deadline next_timer(Deadline now);

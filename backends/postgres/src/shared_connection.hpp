@@ -46,9 +46,11 @@ class SharedConnection {
 
 struct SharedAccess {
   static PostgresBackend make(std::shared_ptr<SharedConnection> shared, std::shared_ptr<DurableMark> mark);
-  // heartbeat_many, committed synchronously if `durable` (else as the options say).
+  // heartbeat_many, committed synchronously if `durable` (else as the options
+  // say); with `skip_locked`, a row another transaction locked is reported
+  // false instead of waited for.
   static Result<std::vector<bool>> heartbeat_many(PostgresBackend& backend, std::span<const HolderKey> keys,
-                                                  bool durable) noexcept;
+                                                  bool durable, bool skip_locked) noexcept;
   // The lock's NOTIFY channel, LISTENed on the shared connection.
   static Result<std::string> listen(PostgresBackend& backend, LockRef lock) noexcept;
 };

@@ -103,8 +103,7 @@ void SessionCore::wake_watches(const std::vector<WatchId>& ids) {
 }
 
 void SessionCore::after_io() {
-  statements_ = own_.statements();
-  connects_ = own_.connects();
+  note_counts();
   const std::vector<std::string> channels = own_.take_notifications();
   const std::uint64_t now_epoch = epoch();
   std::vector<WatchId> to_wake;

@@ -168,8 +168,8 @@ class PostgresBackend {
   // by the session (internal: see pgmutex/session.hpp).
   friend struct postgres_detail::SharedAccess;
   explicit PostgresBackend(std::unique_ptr<Impl> impl) noexcept;
-  static Result<std::vector<bool>> heartbeat_many_of(Impl* impl, std::span<const HolderKey> keys,
-                                                     bool durable) noexcept;
+  static Result<std::vector<bool>> heartbeat_many_of(Impl* impl, std::span<const HolderKey> keys, bool durable,
+                                                     bool skip_locked) noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
