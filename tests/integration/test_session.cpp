@@ -472,3 +472,92 @@ TEST_CASE("a frozen peer under the shared connection: every holder knows before 
   std::this_thread::sleep_for(2s);
   CHECK_FALSE(gz.lost());
 }
+
+TEST_CASE("20 SessionMutex blocked in acquire on one held lock: idle, they cost no statement; each release "
+          "hands the lock to exactly one",
+          "[session][waiters][mutex]") {
+  const std::string table = fresh_table("session_mutex_waiters");
+  const std::string tag = fresh_tag("pgmutex_mutex_waiters");
+  auto session = Session::create(tagged_dsn(tag));
+  pgmutex::Mutex holder(PostgresBackend(""), quick(table, "w", "first"));
+  holder.create_schema();
+  auto first = holder.try_acquire();
+  REQUIRE(first);
+
+  constexpr int n = 20;
+  std::vector<SessionMutex> waiters;
+  for (int i = 0; i < n; ++i) waiters.emplace_back(session->backend(), quick(table, "w", "waiter" + std::to_string(i)));
+  std::atomic<int> winners{0}, may_release{0}, finished{0};
+  Crew crew;
+  for (int i = 0; i < n; ++i)
+    crew.threads.emplace_back([&, i] {
+      auto g = waiters[static_cast<std::size_t>(i)].acquire(30s, crew.stop.get_token());
+      if (g) {
+        const int rank = ++winners;
+        while (may_release.load() < rank && !crew.stop.get_token().stop_requested()) std::this_thread::sleep_for(5ms);
+        g.release();
+      }
+      ++finished;
+    });
+  // Each waiter's try (one statement), then its registration (a LISTEN the
+  // first time, one read of the row); then nothing.
+  std::this_thread::sleep_for(1500ms);
+  const auto idle_from = session->stats();
+  std::this_thread::sleep_for(1s);
+  const auto idle_to = session->stats();
+  CHECK(idle_to.statements - idle_from.statements == idle_to.rechecks - idle_from.rechecks);
+  CHECK(idle_to.statements - idle_from.statements <= 1);
+  CHECK(connections_named(tag) == 1);
+
+  first.release();
+  REQUIRE(poll_until([&] { return winners.load() == 1; }, 5s));
+  std::this_thread::sleep_for(300ms);
+  CHECK(winners.load() == 1);  // exactly one got it; the others wait again
+  may_release = 1;
+  REQUIRE(poll_until([&] { return winners.load() == 2; }, 5s));
+  std::this_thread::sleep_for(300ms);
+  CHECK(winners.load() == 2);
+  crew.stop.request_stop();  // the others' acquires end (cancelled)
+  may_release = n;
+  REQUIRE(poll_until([&] { return finished.load() == n; }, 10s));
+}
+
+TEST_CASE("watch_async: woken once on the session's thread by a release; cancel_watch before that wins",
+          "[session][watch]") {
+  const std::string table = fresh_table("session_watch");
+  auto session = Session::create("");
+  PostgresBackend holder("");
+  REQUIRE(holder.create_schema(table));
+  auto held = holder.try_acquire(request(table, "v", "first"));
+  REQUIRE((held && held->acquired));
+  SessionBackend b = session->backend();
+
+  std::atomic<int> calls{0};
+  auto cancelled = b.watch_async(WatchRequest{{table, "v"}, 60s, std::nullopt}, [&] { ++calls; });
+  REQUIRE(cancelled);
+  CHECK(b.cancel_watch(*cancelled));
+  CHECK_FALSE(b.cancel_watch(*cancelled));  // only once
+
+  std::promise<std::thread::id> woken_on;
+  auto watched = b.watch_async(WatchRequest{{table, "v"}, 60s, std::nullopt}, [&] {
+    ++calls;
+    woken_on.set_value(std::this_thread::get_id());
+  });
+  REQUIRE(watched);
+  REQUIRE(holder.release(HolderKey{{table, "v"}, "first", held->fence, 7}));
+  auto on = woken_on.get_future();
+  REQUIRE(on.wait_for(5s) == std::future_status::ready);
+  CHECK(on.get() != std::this_thread::get_id());
+  CHECK_FALSE(b.cancel_watch(*watched));  // it ran
+  std::this_thread::sleep_for(100ms);
+  CHECK(calls.load() == 1);
+
+  // The lock is free now: a new watch is woken at once.
+  std::promise<void> at_once;
+  auto free_now = b.watch_async(WatchRequest{{table, "v"}, 60s, std::nullopt}, [&] { at_once.set_value(); });
+  REQUIRE(free_now);
+  CHECK(at_once.get_future().wait_for(2s) == std::future_status::ready);
+  auto bad = b.watch_async(WatchRequest{{table, ""}, 60s, std::nullopt}, [] {});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error() == Errc::invalid_argument);
+}
