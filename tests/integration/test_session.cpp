@@ -561,3 +561,35 @@ TEST_CASE("watch_async: woken once on the session's thread by a release; cancel_
   REQUIRE_FALSE(bad);
   CHECK(bad.error() == Errc::invalid_argument);
 }
+
+TEST_CASE("without LISTEN (unnamed statements, as behind a transaction pooler) a release is found by the "
+          "re-check every unnamed_recheck_interval",
+          "[session][unnamed]") {
+  const std::string table = fresh_table("session_unnamed");
+  SessionOptions so;
+  so.postgres.statement_mode = pgmutex::StatementMode::unnamed;
+  so.unnamed_recheck_interval = 200ms;
+  auto session = Session::create("", so);
+  PostgresBackend holder("");
+  REQUIRE(holder.create_schema(table));
+  auto held = holder.try_acquire(request(table, "u", "first"));
+  REQUIRE((held && held->acquired));
+  SessionBackend b = session->backend();
+  auto waited = std::async(std::launch::async, [&] {
+    return b.wait_until_free(WatchRequest{{table, "u"}, 60s, std::nullopt}, 10s, {});
+  });
+  std::this_thread::sleep_for(600ms);
+  CHECK(waited.wait_for(0s) == std::future_status::timeout);  // the re-checks found it held
+  const auto released = std::chrono::steady_clock::now();
+  REQUIRE(holder.release(HolderKey{{table, "u"}, "first", held->fence, 7}));
+  REQUIRE(waited.wait_for(5s) == std::future_status::ready);
+  const auto took = std::chrono::steady_clock::now() - released;
+  auto woke = waited.get();
+  REQUIRE(woke);
+  CHECK(*woke);
+  INFO("woken " << std::chrono::duration<double>(took).count() << " s after the release");
+  CHECK(took < 1500ms);
+  const auto stats = session->stats();
+  CHECK(stats.notifications == 0);
+  CHECK(stats.rechecks >= 3);  // the registration, and re-checks every 200 ms
+}
