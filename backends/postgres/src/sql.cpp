@@ -220,6 +220,18 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                           " AND t.fence = k.fence AND coalesce(t.grant_token, 0) = k.token"
                           " RETURNING t.lock_name, t.instance_id, t.fence, coalesce(t.grant_token, 0)"};
 
+  // The rows are locked first, skipping those another transaction holds; the
+  // UPDATE then finds them by the unique index (locked, lock_name).
+  s.heartbeat_many_skip_locked = {
+      "pgmutex_heartbeat_many_skip_locked" + suffix,
+      "WITH mine AS (SELECT t.lock_name FROM " + t + " AS t," +
+          " unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS k(lock_name, instance_id, fence, token)," +
+          " (SELECT " + lock_timeout("$5") + async_commit + ") AS cfg" +
+          " WHERE t.locked = 1 AND t.lock_name = k.lock_name AND t.instance_id = k.instance_id"
+          " AND t.fence = k.fence AND coalesce(t.grant_token, 0) = k.token FOR UPDATE OF t SKIP LOCKED)"
+          " UPDATE " + t + " AS t SET last_heartbeat = now() FROM mine WHERE t.locked = 1 AND t.lock_name = mine.lock_name"
+          " RETURNING t.lock_name, t.instance_id, t.fence, coalesce(t.grant_token, 0)"};
+
   // The NOTIFY is sent at commit, only if the row was ours.
   s.release = {"pgmutex_release" + suffix,
                "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$6") + ") AS cfg" +

@@ -29,6 +29,10 @@ struct TableStatements {
   Statement list;            // no parameters
   Statement force_release;   // $1 lock_name, $2 lock hash, $3 lock_timeout
   Statement heartbeat_many;  // $1 lock_name[], $2 instance_id[], $3 fence[], $4 token[], $5 lock_timeout
+  // As heartbeat_many, but a row another transaction has locked is skipped
+  // (not returned) instead of waited for: a session's batch goes on for every
+  // other lock, and sends the skipped keys again on their own.
+  Statement heartbeat_many_skip_locked;
   Statement heartbeat_durable;  // as heartbeat, always committed synchronously (the first after a failover)
 };
 
