@@ -42,8 +42,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
  public:
   AcquireOp(Mutex mutex, Handler handler, const boost::asio::any_io_executor& loop,
             std::optional<std::chrono::nanoseconds> timeout)
-      : mutex_(std::move(mutex)), completion_(std::move(handler), loop), poll_timer_(loop), deadline_(loop),
-        timeout_(timeout) {}
+      : mutex_(std::move(mutex)), completion_(std::move(handler), loop), poll_timer_(std::in_place, loop),
+        deadline_(std::in_place, loop), timeout_(timeout) {}
 
   void start() {
     auto self = this->shared_from_this();
@@ -53,8 +53,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
         if (type != boost::asio::cancellation_type::none) self->stop(Stop::cancelled);
       });
     if (timeout_) {
-      deadline_.expires_after(std::max(*timeout_, std::chrono::nanoseconds::zero()));
-      deadline_.async_wait([self](boost::system::error_code ec) {
+      deadline_->expires_after(std::max(*timeout_, std::chrono::nanoseconds::zero()));
+      deadline_->async_wait([self](boost::system::error_code ec) {
         if (!ec) self->stop(Stop::timed_out);
       });
     }
@@ -123,8 +123,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
         }
       }
     }
-    poll_timer_.expires_after(state->options.poll_interval);
-    poll_timer_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
+    poll_timer_->expires_after(state->options.poll_interval);
+    poll_timer_->async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
       if (!ec) self->try_soon();
     });
   }
@@ -147,21 +147,29 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     finish(lock, {}, Access::empty_guard<Guard>(Errc::timeout, holder_));
   }
 
-  void finish(std::unique_lock<std::mutex>&, boost::system::error_code ec, Guard guard) {
+  // Once the handler may run, the user may destroy the mutex and then the
+  // loop: the op keeps neither. Its timers go now (their waits end with
+  // operation_aborted), and its share of the mutex before the handler is
+  // queued: a late reference to the op (a queued try that will find done_)
+  // then holds nothing of the user's.
+  void finish(std::unique_lock<std::mutex>& lock, boost::system::error_code ec, Guard guard) {
     done_ = true;
-    poll_timer_.cancel();
-    deadline_.cancel();
+    poll_timer_.reset();
+    deadline_.reset();
     if constexpr (BackendWatchesLocksAsynchronously<Backend>) {
       if (watch_) (void)Access::state_of(mutex_)->backend.cancel_watch(*watch_);  // if it ran, its try finds done_
     }
+    Mutex share = std::move(mutex_);
+    lock.unlock();
+    { Mutex gone = std::move(share); }  // outside m_: the last owner's close() may wait for a wake-up
     completion_.complete(ec, std::move(guard));
   }
 
   Mutex mutex_;  // shares the user's mutex's state
   Completion<Handler> completion_;
   std::mutex m_;  // everything below, and the timers' calls
-  boost::asio::steady_timer poll_timer_;
-  boost::asio::steady_timer deadline_;
+  std::optional<boost::asio::steady_timer> poll_timer_;
+  std::optional<boost::asio::steady_timer> deadline_;
   std::optional<std::chrono::nanoseconds> timeout_;
   std::optional<WatchId> watch_;
   std::optional<HolderInfo> holder_;  // who held it at the last try

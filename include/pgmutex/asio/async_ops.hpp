@@ -72,6 +72,7 @@ auto async_try_acquire(Mutex& mutex, Token&& token) {
         Completion<decltype(handler)> done(std::move(handler), loop_of(*Access::state_of(shared)));
         run_off_loop([done = std::move(done), shared = std::move(shared)]() mutable {
           auto got = shared.try_acquire(nothrow);
+          { Mutex gone = std::move(shared); }  // our share goes before the handler may run (see AcquireOp::finish)
           if (got) done.complete(boost::system::error_code(), std::move(*got));
           else done.complete(to_error_code(got.error()), Guard());
         });
@@ -117,7 +118,9 @@ auto async_heartbeat(Guard& guard, Token&& token) {
         Completion<decltype(handler)> done(std::move(handler), on);
         run_off_loop([done = std::move(done), state = std::move(state), generation]() mutable {
           if (state.get() == nullptr) return done.complete(to_error_code(Error(Errc::lock_not_held, "guard does not own a lock")));
-          done.complete(error_of(state.get()->heartbeat_grant(generation)));
+          auto beat = state.get()->heartbeat_grant(generation);
+          { Share<State> gone = std::move(state); }  // before the handler may run (see AcquireOp::finish)
+          done.complete(error_of(beat));
         });
       },
       token, Share<State>(Access::guard_state(guard)), Access::generation(guard), loop);
