@@ -24,6 +24,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "pgmutex/asio.hpp"
+#include "pgmutex/memory_backend.hpp"
 #include "sql.hpp"
 
 using namespace std::chrono_literals;
@@ -145,6 +146,44 @@ void libpq_same_statements_cycle(benchmark::State& state) {
   }
 }
 BENCHMARK(libpq_same_statements_cycle)->UseRealTime();
+
+// ---- the same two cycles on the in-memory backend: no I/O, so what is left
+// is what the async forms add (a hop to the I/O pool and back per operation).
+
+using MemoryAsioMutex = pgmutex::BasicMutex<pgmutex::MemoryBackend, pgmutex::SteadyClock, pgmutex::NoMetrics, AsioExecutor>;
+
+void asio_memory_cycle(benchmark::State& state) {
+  asio::io_context io;
+  MemoryAsioMutex mutex(pgmutex::MemoryBackend(pgmutex::MemoryServer::create()), options("mutex_lock", "asio"), {}, {},
+                        AsioExecutor(io.get_executor()));
+  mutex.create_schema();
+  bool finished = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (auto _ : state) {
+          auto guard = co_await mutex.async_try_acquire(asio::use_awaitable);
+          if (!guard) state.SkipWithError("not acquired");
+          co_await guard.async_release(asio::use_awaitable);
+        }
+      },
+      [&](std::exception_ptr) { finished = true; });
+  while (!finished) io.run_one();
+}
+BENCHMARK(asio_memory_cycle)->UseRealTime();
+
+void blocking_memory_cycle(benchmark::State& state) {
+  asio::io_context io;
+  MemoryAsioMutex mutex(pgmutex::MemoryBackend(pgmutex::MemoryServer::create()), options("mutex_lock", "blocking"), {},
+                        {}, AsioExecutor(io.get_executor()));
+  mutex.create_schema();
+  for (auto _ : state) {
+    auto guard = mutex.try_acquire();
+    if (!guard) state.SkipWithError("not acquired");
+    guard.release();
+  }
+}
+BENCHMARK(blocking_memory_cycle)->UseRealTime();
 
 // ---- the handoff ---------------------------------------------------------------
 
