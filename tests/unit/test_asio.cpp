@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <future>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -258,4 +260,116 @@ TEST_CASE("the operation survives its mutex: moved or destroyed meanwhile", "[as
   REQUIRE(g);
   CHECK(w.row()->instance_id == "c");
   g.release();
+}
+
+namespace {
+
+// A memory backend that tells waiters of releases (as a Session's LISTEN
+// would): every release through any of them wakes every watcher.
+struct Watchers {
+  std::mutex mutex;
+  std::map<WatchId, std::function<void()>> pending;
+  WatchId last = 0;
+  int registered = 0;
+  int cancelled = 0;
+  std::optional<std::chrono::nanoseconds> last_stale_in;
+};
+
+class WatchingBackend : public MemoryBackend {
+ public:
+  WatchingBackend(std::shared_ptr<MemoryServer> server, std::string name, std::shared_ptr<Watchers> watchers)
+      : MemoryBackend(std::move(server), std::move(name)), watchers_(std::move(watchers)) {}
+
+  Result<void> release(const HolderKey& key) noexcept {
+    auto released = MemoryBackend::release(key);
+    std::map<WatchId, std::function<void()>> woken;
+    {
+      std::lock_guard lock(watchers_->mutex);
+      woken.swap(watchers_->pending);
+    }
+    for (auto& [id, fn] : woken) fn();
+    return released;
+  }
+  Result<WatchId> watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept {
+    std::lock_guard lock(watchers_->mutex);
+    ++watchers_->registered;
+    watchers_->last_stale_in = watch.holder_stale_in;
+    watchers_->pending.emplace(++watchers_->last, std::move(woken));
+    return watchers_->last;
+  }
+  bool cancel_watch(WatchId id) noexcept {
+    std::lock_guard lock(watchers_->mutex);
+    if (watchers_->pending.erase(id) == 0) return false;
+    ++watchers_->cancelled;
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Watchers> watchers_;
+};
+static_assert(BackendWatchesLocksAsynchronously<WatchingBackend>);
+
+using WatchingMutex = BasicMutex<WatchingBackend, SteadyClock, NoMetrics, AsioExecutor>;
+
+}  // namespace
+
+TEST_CASE("async_acquire on a backend that watches locks waits for the release, not for a poll", "[asio]") {
+  auto server = MemoryServer::create();
+  auto watchers = std::make_shared<Watchers>();
+  asio::io_context io;
+  auto slow = [](std::string instance) {
+    Options o = opts(std::move(instance));
+    o.poll_interval = std::chrono::hours(1);  // only a watch can wake the waiter in time
+    return o;
+  };
+  WatchingMutex holder(WatchingBackend(server, "h", watchers), slow("h"), {}, {}, AsioExecutor(io.get_executor()));
+  WatchingMutex waiter(WatchingBackend(server, "w", watchers), slow("w"), {}, {}, AsioExecutor(io.get_executor()));
+  holder.create_schema();
+  auto held = holder.try_acquire();
+  REQUIRE(held);
+
+  std::promise<void> watching;
+  std::promise<std::pair<error_code, WatchingMutex::guard_type>> got;
+  asio::cancellation_signal signal;
+  SECTION("the release wakes it") {
+    waiter.async_acquire(std::nullopt, [&](error_code ec, WatchingMutex::guard_type g) {
+      got.set_value({ec, std::move(g)});
+    });
+  }
+  SECTION("cancelled while it watches: the watch is cancelled, no row") {
+    waiter.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec,
+                                                                                      WatchingMutex::guard_type g) {
+                           got.set_value({ec, std::move(g)});
+                         }));
+  }
+  std::thread loop([&] { io.run(); });
+  for (;;) {  // until the waiter has tried once and watches
+    {
+      std::lock_guard lock(watchers->mutex);
+      if (watchers->registered > 0) break;
+    }
+    std::this_thread::yield();
+  }
+  {
+    std::lock_guard lock(watchers->mutex);
+    REQUIRE(watchers->last_stale_in);
+    CHECK(*watchers->last_stale_in <= slow("w").stale_threshold);
+  }
+  auto future = got.get_future();
+  if (signal.slot().has_handler()) {
+    asio::post(io, [&] { signal.emit(asio::cancellation_type::terminal); });
+    auto [ec, g] = future.get();
+    CHECK(ec == asio::error::operation_aborted);
+    CHECK(watchers->cancelled == 1);
+    held.release();
+    CHECK_FALSE(MemoryBackend(server, "admin").inspect(LockRef{"mutex_lock", "asio-job"}).value());
+  } else {
+    held.release();
+    auto [ec, g] = future.get();
+    CHECK_FALSE(ec);
+    CHECK(g);
+    g.release();
+  }
+  io.stop();
+  loop.join();
 }
