@@ -259,7 +259,7 @@ class BasicMutex {
         if (!attempt && !transient) return attempt;
         if (attempt && *attempt) return attempt;
 
-        duration wait = options.poll_interval;
+        duration wait = BackendWatchesLocks<B> ? watch_without_timeout : options.poll_interval;
         if (timeout) {
           const duration left = *timeout - std::chrono::duration_cast<duration>(clock.now() - start);
           if (left <= duration::zero()) {
@@ -270,7 +270,18 @@ class BasicMutex {
         }
         if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
         bool waited = false;
-        if constexpr (BackendWaitsForRelease<B>) {
+        if constexpr (BackendWatchesLocks<B>) {
+          // A backend that hears of every release for all its waiters at
+          // once: sleep until it says the lock may be free (a release, the
+          // holder's stale deadline, a re-check), not one poll_interval.
+          const bool grace = attempt && attempt->holder() && attempt->holder()->failover_grace_left_s > 0;
+          if (attempt && !grace) {
+            const duration limit = timeout ? wait : watch_without_timeout;
+            auto woke = backend.wait_until_free(watch_of(*attempt), limit, stop);
+            if (stop.stop_requested()) return guard_type(Errc::cancelled, std::move(attempt->holder_));
+            waited = woke.has_value();
+          }
+        } else if constexpr (BackendWaitsForRelease<B>) {
           // Refused by a failover grace: no release will come, and a backend
           // that polls would see the lock free at once: sleep through it.
           const bool grace = attempt && attempt->holder() && attempt->holder()->failover_grace_left_s > 0;
@@ -281,7 +292,7 @@ class BasicMutex {
           }
         }
         // No way to be told of a release, or it failed just now: sleep through the poll interval.
-        if (!waited && executor.wait_for(wait, stop))
+        if (!waited && executor.wait_for(std::min(wait, options.poll_interval), stop))
           return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
       }
     }
@@ -296,6 +307,14 @@ class BasicMutex {
       const auto current = book.held_generation();
       if (!current) return fail(Errc::lock_not_held, context() + " is not held through this object");
       return heartbeat_grant(*current);
+    }
+
+    // What a waiter knows of the holder its last try met.
+    WatchRequest watch_of(const guard_type& refused) const {
+      WatchRequest w{lock_ref(), options.stale_threshold, std::nullopt};
+      if (refused.holder())
+        w.holder_stale_in = std::max(duration::zero(), options.stale_threshold - age(refused.holder()->seconds_since_heartbeat));
+      return w;
     }
 
     // ---- what the guard calls --------------------------------------------
@@ -368,6 +387,9 @@ class BasicMutex {
 
    private:
     static constexpr int release_attempts = 3;
+    // A watching backend wakes a waiter when the lock may be free; without a
+    // timeout, the waiter still looks again this often.
+    static constexpr duration watch_without_timeout = std::chrono::hours(1);
     static constexpr std::chrono::milliseconds retry_base{100};
 
     ~State() {
@@ -624,6 +646,14 @@ class BasicMutex {
         answer = backend.heartbeat(holder_key(g));
         session = session_of_last();
       }
+      return note_beat(g, sent, std::move(answer), session, automatic, /*announce_here=*/true);
+    }
+
+    // What the answer to a heartbeat means, into the book; the next wake-up
+    // armed; the hooks run. A lost lease is announced here, or posted when
+    // this runs on a backend's thread that must not wait for a stop callback.
+    Result<void> note_beat(const typename Book::Grant& g, time_point sent, Result<void> answer,
+                           detail::ServerSession session, bool automatic, bool announce_here) {
       const time_point now = clock.now();
       auto applied = book.apply_beat(g, sent, now, answer, automatic, options.heartbeat_interval, retry_base, session);
       if (applied.next_wakeup) arm_wakeup(*applied.next_wakeup);
@@ -633,8 +663,46 @@ class BasicMutex {
       } else if (answer.error() != Errc::lock_not_held) {
         call_heartbeat_failed(metrics, options.lock_name, options.instance_id, answer.error());
       }
-      if (applied.lost) announce_lost(std::move(*applied.lost));
+      if (applied.lost) {
+        if (announce_here) announce_lost(std::move(*applied.lost));
+        else post([this, notice = std::move(*applied.lost)]() mutable { announce_lost(std::move(notice)); });
+      }
       return with_context(std::move(answer));
+    }
+
+    // The automatic heartbeat through a backend that batches it: no thread
+    // of the executor waits for it. The reply comes on the backend's thread;
+    // like a posted task, it does nothing once the last owner went.
+    // (A body only for such backends: an explicit instantiation compiles every member.)
+    void start_async_beat([[maybe_unused]] const typename Book::Grant& g) {
+      if constexpr (BackendBeatsAsynchronously<B>) {
+        add_reference();
+        const time_point sent = clock.now();
+        try {
+          backend.heartbeat_async(holder_key(g), [this, g, sent](BeatReply reply) {
+            run_as_task([&] {
+              (void)note_beat(g, sent, std::move(reply.result), detail::ServerSession{reply.session, reply.history},
+                              /*automatic=*/true, /*announce_here=*/false);
+            });
+            drop_reference(this);
+          });
+        } catch (...) {
+          drop_reference(this);  // no memory for the callback: the next wake-up tries again
+          book.beat_not_started();
+        }
+      }
+    }
+
+    // Runs `fn` as a task of this state: not once closed, and close() waits for it.
+    template <class F>
+    void run_as_task(F&& fn) {
+      if (closed_.load(std::memory_order_acquire)) return;
+      running_.fetch_add(1, std::memory_order_acq_rel);
+      const State* outer = std::exchange(current_task_state(), this);
+      fn();
+      current_task_state() = outer;
+      running_.fetch_sub(1, std::memory_order_acq_rel);
+      running_.notify_all();
     }
 
     // Stops the grant's token (running its stop callbacks) and runs the lost
@@ -650,14 +718,7 @@ class BasicMutex {
       add_reference();
       try {
         executor.post([this, fn = std::move(fn)]() mutable {
-          if (!closed_.load(std::memory_order_acquire)) {
-            running_.fetch_add(1, std::memory_order_acq_rel);
-            const State* outer = std::exchange(current_task_state(), this);
-            fn();
-            current_task_state() = outer;
-            running_.fetch_sub(1, std::memory_order_acq_rel);
-            running_.notify_all();
-          }
+          run_as_task(fn);
           drop_reference(this);
         });
       } catch (...) {
@@ -695,7 +756,10 @@ class BasicMutex {
       }
       auto due = book.on_timer(clock.now());
       if (due.next_wakeup) arm_wakeup(*due.next_wakeup);
-      if (due.beat) post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); });
+      if (due.beat) {
+        if constexpr (BackendBeatsAsynchronously<B>) start_async_beat(*due.beat);
+        else post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); });
+      }
       // Off the timer: a stop callback may block, and other locks' deadlines must not wait for it.
       if (due.lost) post([this, notice = std::move(*due.lost)]() mutable { announce_lost(std::move(notice)); });
       detail::LightLock lock(wakeup_mutex_);

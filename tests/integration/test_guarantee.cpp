@@ -5,11 +5,15 @@
 //   - another lock of the same process, in the same table or another, keeps
 //     its heartbeats and is never taken;
 //   - a rival, connected directly, wins only after the holder knew.
+// Each runs over every Postgres backend the holder may use: its own
+// connection, a libpqxx pool's connection, and a pgmutex::Session.
 // Real leases are short (1.5 s); timings are never asserted, only orders.
 #include <atomic>
+#include <memory>
 #include <thread>
 
 #include "fault_proxy.hpp"
+#include "pgmutex/postgres_pool.hpp"
 #include "support.hpp"
 
 using namespace itest;
@@ -40,6 +44,27 @@ bool poll_until(Step step, std::chrono::seconds limit = 20s) {
   return false;
 }
 
+// A pool of one libpqxx connection: the backend runs one operation at a time.
+struct OneConnectionPool {
+  explicit OneConnectionPool(const std::string& dsn) : connection(dsn) {}
+  pqxx::connection& borrow() { return connection; }
+  void give_back(pqxx::connection&) noexcept {}
+  pqxx::connection connection;
+};
+
+// The holder's mutex over one kind of backend, connected through `dsn`.
+struct Holder {
+  enum class Kind { own, pool };
+  static const char* name(Kind k) { return k == Kind::own ? "own connection" : "libpqxx pool"; }
+
+  Holder(Kind kind, const std::string& dsn, pgmutex::Options o)
+      : pool(kind == Kind::pool ? std::make_unique<OneConnectionPool>(dsn) : nullptr),
+        mutex(pool ? pgmutex::make_pooled_backend(*pool) : PostgresBackend(dsn), std::move(o)) {}
+
+  std::unique_ptr<OneConnectionPool> pool;  // outlives the mutex
+  Mutex mutex;
+};
+
 struct TwoLocks {
   std::string table = fresh_table("guarantee");
   std::string other_table;
@@ -62,9 +87,11 @@ struct TwoLocks {
 TEST_CASE("a heartbeat behind another session's row lock: its holder gives up on time, the other lock goes on",
           "[guarantee][rowlock]") {
   const bool same_table = GENERATE(true, false);
-  INFO((same_table ? "both locks in one table" : "the locks in two tables"));
+  const Holder::Kind kind = GENERATE(Holder::Kind::own, Holder::Kind::pool);
+  INFO((same_table ? "both locks in one table" : "the locks in two tables") << ", the holder on its " << Holder::name(kind));
   TwoLocks locks(same_table);
-  Mutex x(PostgresBackend(""), quick(locks.table, "x", "holder"));
+  Holder holder(kind, "", quick(locks.table, "x", "holder"));
+  Mutex& x = holder.mutex;
   auto gx = x.try_acquire();
   REQUIRE(gx);
 
@@ -106,10 +133,12 @@ TEST_CASE("a heartbeat behind another session's row lock: its holder gives up on
 TEST_CASE("a frozen peer: the holder knows before a rival connected directly can take the lock",
           "[guarantee][frozen]") {
   const bool same_table = GENERATE(true, false);
-  INFO((same_table ? "both locks in one table" : "the locks in two tables"));
+  const Holder::Kind kind = GENERATE(Holder::Kind::own, Holder::Kind::pool);
+  INFO((same_table ? "both locks in one table" : "the locks in two tables") << ", the holder on its " << Holder::name(kind));
   TwoLocks locks(same_table);
   FaultProxy proxy;
-  Mutex x(PostgresBackend(proxy.dsn()), quick(locks.table, "x", "holder"));
+  Holder holder(kind, proxy.dsn(), quick(locks.table, "x", "holder"));
+  Mutex& x = holder.mutex;
   auto gx = x.try_acquire();
   REQUIRE(gx);
 

@@ -50,6 +50,7 @@ bool OwnSession::unnamed() const {
 std::string OwnSession::user() const { return connection_ ? connection_->user() : std::string(); }
 
 Outcome<void> OwnSession::probe_pooler(Deadline deadline) {
+  ++statements_;
   auto rows = connection_->exec_simple("SELECT pg_backend_pid()", deadline);
   if (!rows) return tl::unexpected(std::move(rows.error()));
   const int pid = std::atoi(rows->text(0, 0).c_str());
@@ -91,6 +92,7 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
     if (opened) {
       // Which server this is: a failover to a standby (a new timeline) or
       // another cluster shows as a new history.
+      ++statements_;  // the identity query
       if (auto identified = history_.on_connect(*opened, deadline); !identified) {
         last = identified.error().message;
         continue;
@@ -106,6 +108,7 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
           continue;
         }
       }
+      if (hear_own_) connection_->set_backend_pid(-1);  // no server process has that pid
       ++connects_;
       return {};
     }
@@ -123,6 +126,7 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
 Outcome<void> OwnSession::use_statement_timeout(const Bound& bound) {
   const long long ms = bound.statement_timeout.count();
   if (ms == statement_timeout_ms_) return {};
+  ++statements_;
   auto set = connection().exec_params("SELECT set_config('statement_timeout', $1, false)", {std::to_string(ms)},
                                       bound.deadline);
   if (!set) return tl::unexpected(not_sent(std::move(set.error())));
@@ -135,12 +139,14 @@ Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std:
   // process: nothing is prepared, nothing is set for the session. The
   // statement_timeout is set for the statement's own transaction, in the same
   // round trip, before the statement starts (it is read at its start).
+  ++statements_;
   if (unnamed())
     return connection().exec_params_after("SELECT set_config('statement_timeout', $1, true)",
                                           {std::to_string(bound.statement_timeout.count())}, statement.sql, params,
                                           bound.deadline);
   if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
   if (!prepared_.contains(statement.name)) {
+    ++statements_;
     auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);
     if (!prepared) return tl::unexpected(not_sent(std::move(prepared.error())));
     prepared_.insert(statement.name);
@@ -152,6 +158,7 @@ Outcome<Rows> OwnSession::run_text(const std::string& sql, const std::vector<std
   if (!unnamed()) {
     if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
   }
+  ++statements_;
   if (params.empty()) return connection().exec_simple(sql, bound.deadline);
   return connection().exec_params(sql, params, bound.deadline);
 }
@@ -165,6 +172,26 @@ Outcome<std::string> OwnSession::table_oid(std::string_view table, const Bound& 
   const std::string oid = rows->text(0, 0);
   oids_.emplace(std::string(table), oid);
   return oid;
+}
+
+Outcome<void> OwnSession::listen(const std::string& channel, const Bound& bound) {
+  if (listening_.contains(channel)) return {};
+  // The channel is an identifier that release_channel() made: safe to quote and send.
+  if (auto listened = run_text("LISTEN \"" + channel + "\"", {}, bound); !listened)
+    return tl::unexpected(std::move(listened.error()));
+  listening_.insert(channel);
+  return {};
+}
+
+bool OwnSession::consume_input() {
+  if (!connection_) return false;
+  if (connection_->consume_input()) return true;
+  drop();
+  return false;
+}
+
+std::vector<std::string> OwnSession::take_notifications() {
+  return connection_ ? connection_->take_notifications() : std::vector<std::string>{};
 }
 
 Outcome<bool> OwnSession::wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) {

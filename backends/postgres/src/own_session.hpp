@@ -3,6 +3,7 @@
 // session statement_timeout remembered until it is dropped. Private to the backend.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -35,6 +36,24 @@ class OwnSession final : public Session {
   Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) override;
   [[nodiscard]] bool unnamed() const override;
   [[nodiscard]] std::string user() const override;
+  // --- for pgmutex::Session's I/O thread, which waits on the socket itself
+  // LISTENs on `channel` unless this connection already does (no cap: the
+  // session UNLISTENs nothing while a waiter may need it).
+  Outcome<void> listen(const std::string& channel, const Bound& bound);
+  // The socket to poll() (-1: no usable connection).
+  [[nodiscard]] int socket() const noexcept { return connection_ ? connection_->socket() : -1; }
+  // Reads what arrived; false (and the connection dropped) if it is gone.
+  bool consume_input();
+  // The channels notified since the last call (by any statement or read).
+  std::vector<std::string> take_notifications();
+  // NOTIFYs this connection sent itself are kept too (by default they are
+  // not: a backend's own release wakes nobody it serves). A session's
+  // releases must wake the session's other waiters.
+  void hear_own_notifications() noexcept { hear_own_ = true; }
+  [[nodiscard]] bool connected() const noexcept { return connection_ && connection_->usable(); }
+  // Statements sent to the server so far (set-up, PREPARE and SET included).
+  [[nodiscard]] std::uint64_t statements() const noexcept { return statements_; }
+
   // A pooler is in front of the server (found by StatementMode::automatic's
   // probe on the current connection).
   [[nodiscard]] bool behind_pooler() const noexcept { return behind_pooler_; }
@@ -61,6 +80,8 @@ class OwnSession final : public Session {
   std::set<std::string, std::less<>> listening_;
   long long statement_timeout_ms_ = -1;  // -1: not set on this connection
   bool behind_pooler_ = false;
+  std::uint64_t statements_ = 0;
+  bool hear_own_ = false;
 };
 
 }  // namespace pgmutex::postgres_detail

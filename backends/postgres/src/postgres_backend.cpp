@@ -20,6 +20,7 @@
 #include "own_session.hpp"
 #include "pgmutex/options.hpp"
 #include "pooled_session.hpp"
+#include "shared_connection.hpp"
 #include "sql.hpp"
 
 namespace pgmutex {
@@ -129,6 +130,14 @@ struct PostgresBackend::Impl {
   }
   Impl(std::shared_ptr<ConnectionSource> source, PostgresOptions opts)
       : redacted("(connection pool)"), options(opts), pool(std::move(source)) {}
+  // Shared session: each operation's body runs on the session's I/O thread,
+  // against its one connection (pgmutex::Session).
+  Impl(std::shared_ptr<SharedConnection> session_core, std::shared_ptr<DurableMark> durable_mark)
+      : redacted(session_core->redacted()),
+        secrets(session_core->secrets()),
+        options(session_core->postgres_options()),
+        core(std::move(session_core)),
+        mark(std::move(durable_mark)) {}
 
   std::string redacted;
   std::vector<std::string> secrets;
@@ -136,6 +145,8 @@ struct PostgresBackend::Impl {
   std::string host = this_host();  // stored with each grant, unless the request names one
   std::shared_ptr<ConnectionSource> pool;  // set: borrow per operation; else `own`
   std::optional<OwnSession> own;
+  std::shared_ptr<SharedConnection> core;  // set: a shared session's (neither `pool` nor `own`)
+  std::shared_ptr<DurableMark> mark;  // with `core`: this backend's last durable write
 
   std::mutex mutex;  // one operation at a time: a connection never serves two threads at once
   std::uint64_t last_session = 0;  // the server session the last operation ran on (see session())
@@ -159,7 +170,7 @@ struct PostgresBackend::Impl {
     switch (options.statement_mode) {
       case StatementMode::unnamed: return true;
       case StatementMode::prepared: return false;
-      case StatementMode::automatic: return !pool && unnamed_in_use.load();
+      case StatementMode::automatic: return !pool && unnamed_in_use.load();  // own or shared
     }
     return false;
   }
@@ -200,15 +211,22 @@ struct PostgresBackend::Impl {
           outcome = body(**session, bound);
           last_session = (*session)->server_pid() << 1 | 1;  // odd: a pid, never a count
           if (!outcome) name_the_grants(outcome.error(), table, (*session)->user());
+        } else if (core) {
+          // The caller waits while the body runs on the session's thread, so
+          // the body's references stay good; a body still queued at the
+          // deadline is taken out and never runs.
+          std::optional<Error> refused;
+          const bool ran = core->call(
+              [&](OwnSession& shared) {
+                if (auto r = run_own(shared, bound, body, outcome, table); !r) refused = std::move(r.error());
+              },
+              bound.deadline);
+          if (!ran)
+            return fail(Errc::backend_unavailable,
+                        std::string(what) + ": the session's connection was busy until the deadline (or the session stopped)");
+          if (refused) return tl::unexpected(std::move(*refused));
         } else {
-          if (auto connected = own->ensure_connected(bound.deadline); !connected)
-            return tl::unexpected(std::move(connected.error()));
-          unnamed_in_use = own->unnamed();
-          outcome = body(*own, bound);
-          last_session = own->connects() << 1;
-          last_history = own->history().history();
-          if (!outcome) name_the_grants(outcome.error(), table, own->user());
-          if (!outcome && connection_gone(outcome.error())) own->drop();
+          if (auto r = run_own(*own, bound, body, outcome, table); !r) return tl::unexpected(std::move(r.error()));
         }
         if (outcome) {
           if constexpr (std::is_void_v<T>) return {};
@@ -221,6 +239,38 @@ struct PostgresBackend::Impl {
     } catch (...) {
       return tl::unexpected(to_error(failure_from_current_exception(), what, effect, secrets));
     }
+  }
+
+  // One try of an operation on our own (or the session's) connection.
+  template <class T, class Body>
+  Result<void> run_own(OwnSession& session, const Bound& bound, Body& body, Outcome<T>& outcome,
+                       std::string_view table) {
+    if (auto connected = session.ensure_connected(bound.deadline); !connected)
+      return tl::unexpected(std::move(connected.error()));
+    unnamed_in_use = session.unnamed();
+    outcome = body(session, bound);
+    last_session = session.connects() << 1;
+    last_history = session.history().history();
+    if (!outcome) name_the_grants(outcome.error(), table, session.user());
+    if (!outcome && connection_gone(outcome.error())) session.drop();
+    return {};
+  }
+
+  // Whether this heartbeat must commit synchronously (the first after a new
+  // server history, see BackendReportsHistory), and the note that one did.
+  // A shared session decides per backend (DurableMark); an own connection
+  // per connection, which is the same thing.
+  bool durable_due(Session& session) {
+    auto* own_session = dynamic_cast<OwnSession*>(&session);
+    if (own_session == nullptr) return false;
+    if (mark) return mark->due(own_session->history().history());
+    return own_session->history().durable_heartbeat_due();
+  }
+  void durable_done(Session& session) {
+    auto* own_session = dynamic_cast<OwnSession*>(&session);
+    if (own_session == nullptr) return;
+    if (mark) mark->history = own_session->history().history();
+    else own_session->history().durable_heartbeat_done();
   }
 
   // One operation on `table`: serialized with every other operation of this
@@ -410,6 +460,7 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
           if (!rows) return tl::unexpected(std::move(rows.error()));
           bool raced = false;
           out = Impl::read_acquire(*rows, raced);
+          if (out.acquired && impl_->mark) impl_->durable_done(session);  // an acquire commits synchronously
           if (out.acquired || !raced) return out;
           if (std::chrono::steady_clock::now() >= bound.deadline) break;
         }
@@ -435,14 +486,13 @@ Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<long> {
         // After a failover the first heartbeat commits synchronously: the
         // mutex counts the lease from it alone (BackendReportsHistory).
-        ServerHistory* history = impl_->own ? &impl_->own->history() : nullptr;
-        const bool durable = history != nullptr && history->durable_heartbeat_due();
+        const bool durable = impl_->durable_due(session);
         auto rows = session.run(durable ? st.heartbeat_durable : st.heartbeat,
                                 {std::string(key.lock.lock_name), std::string(key.instance_id),
                                  std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param()},
                                 bound);
         if (!rows) return tl::unexpected(std::move(rows.error()));
-        if (durable) history->durable_heartbeat_done();
+        if (durable) impl_->durable_done(session);
         return rows->affected;
       });
   if (!changed) return tl::unexpected(std::move(changed.error()));
@@ -531,7 +581,15 @@ Result<bool> PostgresBackend::wait_for_release(LockRef lock_ref, std::chrono::na
 }
 
 Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const HolderKey> keys) noexcept {
-  if (!impl_) return moved_from();
+  return heartbeat_many_of(impl_.get(), keys, false);
+}
+
+// `durable`: commit synchronously whatever the options say (a session's batch
+// that carries a heartbeat due to be durable).
+Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::span<const HolderKey> keys,
+                                                            bool durable) noexcept {
+  if (impl == nullptr) return moved_from();
+  const auto& impl_ = impl;
   std::vector<bool> held(keys.size(), false);
   if (keys.empty()) return held;
   try {
@@ -567,10 +625,12 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many(std::span<const Holder
           "heartbeat " + std::to_string(index.size()) + " locks in '" + std::string(table) + "'",
           Effect::idempotent_write, Bound::from(impl_->bound_of(timeout)),
           [&](Session& session, const Bound& bound) -> Outcome<Beaten> {
-            auto rows = session.run(impl_->statements(table, session.unnamed()).heartbeat_many,
+            const bool sync = durable || (impl_->mark && impl_->durable_due(session));
+            auto rows = session.run(impl_->statements(table, session.unnamed() || sync).heartbeat_many,
                                     {text_array(names), text_array(instances), fences, tokens, bound.lock_timeout_param()},
                                     bound);
             if (!rows) return tl::unexpected(std::move(rows.error()));
+            if (sync && impl_->mark) impl_->durable_done(session);
             Beaten out;
             for (std::size_t r = 0; r < rows->size(); ++r)
               out.emplace(rows->text(r, 0), rows->text(r, 1), fence_of(rows->text(r, 2)), token_of(rows->text(r, 3)));
@@ -615,4 +675,43 @@ static_assert(BackendWaitsForRelease<PostgresBackend>);
 static_assert(BackendBatchesHeartbeats<PostgresBackend>);
 static_assert(BackendReportsCommitMode<PostgresBackend>);
 
+}  // namespace pgmutex
+
+// ---- a pgmutex::Session's access ---------------------------------------------
+
+namespace pgmutex {
+
+PostgresBackend::PostgresBackend(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+namespace postgres_detail {
+
+PostgresBackend SharedAccess::make(std::shared_ptr<SharedConnection> core, std::shared_ptr<DurableMark> mark) {
+  return PostgresBackend(std::make_unique<PostgresBackend::Impl>(std::move(core), std::move(mark)));
+}
+
+Result<std::vector<bool>> SharedAccess::heartbeat_many(PostgresBackend& backend, std::span<const HolderKey> keys,
+                                                       bool durable) noexcept {
+  return PostgresBackend::heartbeat_many_of(backend.impl_.get(), keys, durable);
+}
+
+Result<std::string> SharedAccess::listen(PostgresBackend& backend, LockRef lock_ref) noexcept {
+  auto& impl = backend.impl_;
+  if (!impl) return moved_from();
+  if (auto valid = validate_table_name(lock_ref.table); !valid) return tl::unexpected(std::move(valid.error()));
+  std::lock_guard lock(impl->mutex);
+  return impl->run<std::string>(
+      "listen for releases of " + lock_context(lock_ref), Effect::read, Bound::from(impl->bound_of({})),
+      [&](Session& session, const Bound& bound) -> Outcome<std::string> {
+        auto oid = session.table_oid(lock_ref.table, bound);
+        if (!oid) return tl::unexpected(std::move(oid.error()));
+        std::string channel = postgres_detail::release_channel(*oid, lock_ref.lock_name);
+        auto& own_session = dynamic_cast<OwnSession&>(session);
+        if (auto listened = own_session.listen(channel, bound); !listened)
+          return tl::unexpected(std::move(listened.error()));
+        return channel;
+      },
+      lock_ref.table);
+}
+
+}  // namespace postgres_detail
 }  // namespace pgmutex

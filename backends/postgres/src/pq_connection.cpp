@@ -312,6 +312,25 @@ void PqConnection::discard_notifications(std::string_view channel) {
   std::erase_if(notified_channels_, [&](const std::string& c) { return c == channel; });
 }
 
+int PqConnection::socket() const noexcept { return usable() ? PQsocket(connection_) : -1; }
+
+bool PqConnection::consume_input() {
+  if (!usable()) return false;
+  if (PQconsumeInput(connection_) == 0) {
+    abandon();
+    return false;
+  }
+  collect_notifications();
+  return true;
+}
+
+std::vector<std::string> PqConnection::take_notifications() {
+  std::vector<std::string> out(std::make_move_iterator(notified_channels_.begin()),
+                               std::make_move_iterator(notified_channels_.end()));
+  notified_channels_.clear();
+  return out;
+}
+
 Outcome<bool> PqConnection::wait_for_notification(std::string_view channel, Deadline deadline) {
   if (!usable()) return tl::unexpected(broken("the connection is not open", false));
   const auto take = [&] {

@@ -51,6 +51,14 @@ class PqConnection {
   // Forgets notifications that already arrived on `channel`.
   void discard_notifications(std::string_view channel);
 
+  // For a caller that waits on the socket itself with poll() (pgmutex::Session,
+  // whose I/O thread also waits for new work and timers): the socket (-1 if
+  // none), reading what arrived without blocking (false: the connection is
+  // gone), and the channels notified so far, taken out.
+  [[nodiscard]] int socket() const noexcept;
+  bool consume_input();
+  std::vector<std::string> take_notifications();
+
   // The server process id the connection's start-up reported (a pooler
   // reports a key of its own), and the one to ignore NOTIFYs from (our own
   // releases): by default the same, set to pg_backend_pid() once asked.

@@ -90,6 +90,10 @@ struct PostgresOptions {
 // in pgmutex/postgres_pool.hpp, the only header of ours that names libpqxx.
 class ConnectionSource;
 
+namespace postgres_detail {
+struct SharedAccess;
+}  // namespace postgres_detail
+
 class PostgresBackend {
  public:
   // Owns one connection, opened on first use from `dsn`, handed to libpq
@@ -160,6 +164,12 @@ class PostgresBackend {
 
  private:
   struct Impl;
+  // A backend whose statements run on a pgmutex::Session's connection, made
+  // by the session (internal: see pgmutex/session.hpp).
+  friend struct postgres_detail::SharedAccess;
+  explicit PostgresBackend(std::unique_ptr<Impl> impl) noexcept;
+  static Result<std::vector<bool>> heartbeat_many_of(Impl* impl, std::span<const HolderKey> keys,
+                                                     bool durable) noexcept;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -55,11 +55,15 @@ struct SessionStats {
 };
 
 class SessionBackend;
+namespace postgres_detail {
+struct SessionAccess;  // the implementation's (and its tests') way in
+}  // namespace postgres_detail
 
 class Session {
  public:
   // Starts the I/O thread; connects on first use (or connect()). The DSN is
-  // handed to libpq as PostgresBackend's is.
+  // handed to libpq as PostgresBackend's is. Throws std::invalid_argument
+  // for options that cannot work (a tick or interval that is not positive).
   static std::shared_ptr<Session> create(std::string dsn, SessionOptions options = {});
 
   Session(const Session&) = delete;
@@ -78,8 +82,11 @@ class Session {
   struct Core;  // the I/O thread, the connection and the queues (session.cpp)
 
  private:
+  friend class SessionBackend;
+  friend struct postgres_detail::SessionAccess;
   explicit Session(std::shared_ptr<Core> core);
   std::shared_ptr<Core> core_;
+  std::weak_ptr<Session> self_;  // for backend(): each SessionBackend keeps the session alive
 };
 
 // One mutex's view of a session: the Backend contract (each statement goes
@@ -116,6 +123,7 @@ class SessionBackend {
   [[nodiscard]] const std::shared_ptr<Session>& owner() const noexcept;
 
  private:
+  friend struct postgres_detail::SessionAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,0 +1,96 @@
+// The session's batched heartbeats: every heartbeat asked for within one
+// tick goes out at its end as one heartbeat_many statement per lock table,
+// and each caller's callback gets its own key's answer.
+#include <algorithm>
+#include <map>
+
+#include "session_core.hpp"
+
+namespace pgmutex::postgres_detail {
+namespace {
+
+Error not_held(const SessionCore::Beat& beat) {
+  return Error(Errc::lock_not_held, "lock '" + beat.lock_name + "' has no row for instance '" + beat.instance_id +
+                                        "' with fence " + std::to_string(beat.fence) + " and this grant's token");
+}
+
+}  // namespace
+
+void SessionCore::add_beat(Beat beat) {
+  bool first = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (!tick_end_) {
+      // The tick starts with its first heartbeat, so a lone one waits one tick at most.
+      tick_end_ = std::chrono::steady_clock::now() + options_.heartbeat_tick;
+      first = true;
+    }
+    beats_.push_back(std::move(beat));
+  }
+  if (first) wake();  // the I/O thread's timer changed
+}
+
+void SessionCore::send_beats() {
+  std::vector<Beat> batch;
+  {
+    std::lock_guard lock(mutex_);
+    batch.swap(beats_);
+    tick_end_.reset();
+  }
+  std::vector<BeatReply> replies(batch.size());
+  const auto now = std::chrono::steady_clock::now();
+  // Heartbeats that waited past their deadline (behind a hung statement) fail unsent.
+  std::map<std::string, std::vector<std::size_t>> by_table;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].deadline <= now)
+      replies[i].result = fail(Errc::backend_unavailable,
+                               "heartbeat of lock '" + batch[i].lock_name +
+                                   "': the session's connection was busy until the deadline");
+    else
+      by_table[batch[i].table].push_back(i);
+  }
+  for (const auto& [table, index] : by_table) {
+    // Connected first, so that the history the durability is judged on is
+    // the one the statement runs on.
+    if (auto connected = io_backend_->connect(); !connected) {
+      for (std::size_t i : index) replies[i].result = tl::unexpected(connected.error());
+      continue;
+    }
+    const std::uint64_t history = own_.history().history();
+    bool durable = false;
+    std::vector<HolderKey> keys;
+    keys.reserve(index.size());
+    const auto started = std::chrono::steady_clock::now();
+    for (std::size_t i : index) {
+      const Beat& b = batch[i];
+      durable = durable || (b.mark && b.mark->due(history));
+      keys.push_back(HolderKey{{b.table, b.lock_name}, b.instance_id, b.fence, b.token,
+                               std::max(b.deadline - started, std::chrono::nanoseconds(1))});
+    }
+    auto held = SharedAccess::heartbeat_many(*io_backend_, keys, durable);
+    ++heartbeat_statements_;
+    heartbeats_ += keys.size();
+    if (held && !durable && io_backend_->history() != history) {
+      // A reconnect inside reached a new history: the first heartbeat there must be durable.
+      durable = true;
+      held = SharedAccess::heartbeat_many(*io_backend_, keys, true);
+      ++heartbeat_statements_;
+      heartbeats_ += keys.size();
+    }
+    const std::uint64_t session = io_backend_->session();
+    const std::uint64_t ran_on = io_backend_->history();
+    for (std::size_t k = 0; k < index.size(); ++k) {
+      BeatReply& reply = replies[index[k]];
+      const Beat& b = batch[index[k]];
+      reply.session = session;
+      reply.history = ran_on;
+      if (!held) reply.result = tl::unexpected(held.error());
+      else if (!(*held)[k]) reply.result = tl::unexpected(not_held(b));
+      else if (durable && b.mark) b.mark->history = ran_on;  // committed synchronously: durable for this mutex
+    }
+  }
+  // No lock held: a callback may ask for the next heartbeat at once.
+  for (std::size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(replies[i]));
+}
+
+}  // namespace pgmutex::postgres_detail

@@ -1,0 +1,209 @@
+// pgmutex::Session and SessionBackend: the public faces of SessionCore. A
+// SessionBackend is a PostgresBackend whose statements run on the session's
+// connection, plus the session's batched heartbeats and shared waits.
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+
+#include "pgmutex/session.hpp"
+#include "session_core.hpp"
+
+namespace pgmutex {
+
+using postgres_detail::DurableMark;
+using postgres_detail::SharedAccess;
+
+struct Session::Core : postgres_detail::SessionCore {
+  using SessionCore::SessionCore;
+};
+
+namespace {
+
+void check_positive(std::chrono::nanoseconds value, const char* name) {
+  if (value <= std::chrono::nanoseconds::zero())
+    throw std::invalid_argument(std::string("pgmutex::SessionOptions::") + name + " must be positive");
+}
+
+}  // namespace
+
+// ---- Session ----------------------------------------------------------------
+
+std::shared_ptr<Session> Session::create(std::string dsn, SessionOptions options) {
+  check_positive(options.heartbeat_tick, "heartbeat_tick");
+  check_positive(options.recheck_interval, "recheck_interval");
+  check_positive(options.unnamed_recheck_interval, "unnamed_recheck_interval");
+  check_positive(options.postgres.default_timeout, "postgres.default_timeout");
+  auto core = std::make_shared<Core>(std::move(dsn), std::move(options));
+  core->start(core);
+  std::shared_ptr<Session> session(new Session(std::move(core)));
+  session->self_ = session;
+  return session;
+}
+
+Session::Session(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+Session::~Session() {
+  if (core_) core_->stop();
+}
+
+Result<void> Session::connect() noexcept {
+  // A backend of its own: the I/O thread's is for the I/O thread alone.
+  PostgresBackend backend = SharedAccess::make(core_, nullptr);
+  return backend.connect();
+}
+
+SessionBackend Session::backend() { return SessionBackend(self_.lock()); }
+
+SessionStats Session::stats() const noexcept { return core_->stats(); }
+
+std::string Session::redacted_dsn() const { return core_->redacted(); }
+
+const SessionOptions& Session::options() const noexcept { return core_->options(); }
+
+// ---- SessionBackend ---------------------------------------------------------
+
+struct SessionBackend::Impl {
+  explicit Impl(std::shared_ptr<Session> s)
+      : session(std::move(s)), mark(std::make_shared<DurableMark>()), backend(SharedAccess::make(session->core_, mark)) {}
+  std::shared_ptr<Session> session;
+  std::shared_ptr<DurableMark> mark;  // shared with `backend`: its acquires and durable heartbeats note it
+  PostgresBackend backend;
+  [[nodiscard]] postgres_detail::SessionCore& core() const { return *session->core_; }
+};
+
+namespace {
+tl::unexpected<Error> moved_from() { return fail(Errc::invalid_argument, "this SessionBackend was moved from"); }
+}  // namespace
+
+SessionBackend::SessionBackend(std::shared_ptr<Session> session) {
+  if (!session) throw std::invalid_argument("pgmutex::SessionBackend needs a session (Session::create)");
+  impl_ = std::make_unique<Impl>(std::move(session));
+}
+SessionBackend::SessionBackend(SessionBackend&&) noexcept = default;
+SessionBackend& SessionBackend::operator=(SessionBackend&&) noexcept = default;
+SessionBackend::~SessionBackend() = default;
+
+Result<void> SessionBackend::create_schema(std::string_view table) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.create_schema(table);
+}
+Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.try_acquire(request);
+}
+Result<void> SessionBackend::heartbeat(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.heartbeat(key);
+}
+Result<void> SessionBackend::release(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.release(key);
+}
+Result<std::optional<LockRow>> SessionBackend::inspect(LockRef lock) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.inspect(lock);
+}
+Result<std::vector<LockRow>> SessionBackend::list(std::string_view table) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.list(table);
+}
+Result<std::optional<LockRow>> SessionBackend::force_release(LockRef lock) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.force_release(lock);
+}
+Result<std::vector<bool>> SessionBackend::heartbeat_many(std::span<const HolderKey> keys) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.heartbeat_many(keys);
+}
+
+void SessionBackend::heartbeat_async(const HolderKey& key, BeatCallback done) noexcept {
+  if (!impl_ || !done) return;  // nothing to answer, or nobody to tell
+  const auto timeout = key.timeout > std::chrono::nanoseconds::zero() ? key.timeout
+                                                                      : impl_->core().options().postgres.default_timeout;
+  try {
+    impl_->core().add_beat({std::string(key.lock.table), std::string(key.lock.lock_name), std::string(key.instance_id),
+                            key.fence, key.token, key.timeout, std::chrono::steady_clock::now() + timeout,
+                            impl_->mark, std::move(done)});
+  } catch (...) {
+    // Out of memory copying the key: the heartbeat is lost, as a dropped
+    // packet would be; the mutex's lease timer covers it.
+  }
+}
+
+Result<bool> SessionBackend::wait_until_free(const WatchRequest& watch, std::chrono::nanoseconds timeout,
+                                             std::stop_token stop) noexcept {
+  if (!impl_) return moved_from();
+  try {
+    struct Waiter {
+      std::mutex mutex;
+      std::condition_variable cv;
+      bool woken = false;
+      bool stopped = false;
+    };
+    auto waiter = std::make_shared<Waiter>();
+    const auto until = std::chrono::steady_clock::now() + std::max(timeout, std::chrono::nanoseconds::zero());
+    auto id = impl_->core().add_watch(watch, [waiter] {
+      std::lock_guard lock(waiter->mutex);
+      waiter->woken = true;
+      waiter->cv.notify_all();
+    });
+    if (!id) return tl::unexpected(std::move(id.error()));
+    std::stop_callback on_stop(stop, [waiter] {
+      std::lock_guard lock(waiter->mutex);
+      waiter->stopped = true;
+      waiter->cv.notify_all();
+    });
+    std::unique_lock lock(waiter->mutex);
+    waiter->cv.wait_until(lock, until, [&] { return waiter->woken || waiter->stopped; });
+    const bool woken = waiter->woken, stopped = waiter->stopped;
+    lock.unlock();
+    if (woken) return true;
+    // Cancelled in time: false. Too late: it was being woken, as good as woken.
+    const bool cancelled = impl_->core().cancel_watch(*id);
+    return !cancelled && !stopped;
+  } catch (...) {
+    return fail(Errc::backend_unavailable, "wait until lock '" + std::string(watch.lock.lock_name) +
+                                               "' is free: out of memory");
+  }
+}
+
+Result<WatchId> SessionBackend::watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept {
+  if (!impl_) return moved_from();
+  try {
+    return impl_->core().add_watch(watch, std::move(woken));
+  } catch (...) {
+    return fail(Errc::backend_unavailable, "watch lock '" + std::string(watch.lock.lock_name) + "': out of memory");
+  }
+}
+
+bool SessionBackend::cancel_watch(WatchId id) noexcept { return impl_ && impl_->core().cancel_watch(id); }
+
+std::uint64_t SessionBackend::session() const noexcept { return impl_ ? impl_->backend.session() : 0; }
+std::uint64_t SessionBackend::history() const noexcept { return impl_ ? impl_->backend.history() : 0; }
+bool SessionBackend::heartbeat_commits_asynchronously() const noexcept {
+  return impl_ && impl_->backend.heartbeat_commits_asynchronously();
+}
+
+const std::shared_ptr<Session>& SessionBackend::owner() const noexcept {
+  static const std::shared_ptr<Session> none;
+  return impl_ ? impl_->session : none;
+}
+
+namespace postgres_detail {
+SessionCore& SessionAccess::core(pgmutex::Session& session) noexcept { return *session.core_; }
+const std::shared_ptr<DurableMark>& SessionAccess::mark(const SessionBackend& backend) noexcept {
+  static const std::shared_ptr<DurableMark> none;
+  return backend.impl_ ? backend.impl_->mark : none;
+}
+}  // namespace postgres_detail
+
+static_assert(Backend<SessionBackend>);
+static_assert(BackendBeatsAsynchronously<SessionBackend>);
+static_assert(BackendWatchesLocks<SessionBackend>);
+static_assert(BackendWatchesLocksAsynchronously<SessionBackend>);
+static_assert(BackendBatchesHeartbeats<SessionBackend>);
+static_assert(BackendReportsSession<SessionBackend>);
+static_assert(BackendReportsHistory<SessionBackend>);
+static_assert(BackendReportsCommitMode<SessionBackend>);
+
+}  // namespace pgmutex

@@ -1,0 +1,138 @@
+// The heart of pgmutex::Session: one OwnSession (one connection) driven by one
+// I/O thread, which runs
+//   - the statements every mutex of the session asks for (queued jobs, each
+//     waited for by its caller, each bounded by its own deadline);
+//   - the batched heartbeats (beat_batch.cpp);
+//   - the watches of waiters: one LISTEN per lock, NOTIFYs dispatched by
+//     channel, stale deadlines and slow re-checks (watch_book.cpp).
+// While idle it waits in poll() on the connection's socket, an eventfd (new
+// work) and its next timer: no statement is sent for a waiter that waits.
+// Private to the backend.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "own_session.hpp"
+#include "shared_connection.hpp"
+#include "pgmutex/backend.hpp"
+#include "pgmutex/postgres_backend.hpp"
+#include "pgmutex/session.hpp"
+
+namespace pgmutex::postgres_detail {
+
+class SessionCore;
+
+// The way in to a session's core and a backend's durability mark, for the
+// implementation and for tests of the rules that the public API cannot show.
+struct SessionAccess {
+  static SessionCore& core(pgmutex::Session& session) noexcept;
+  static const std::shared_ptr<DurableMark>& mark(const SessionBackend& backend) noexcept;
+};
+
+class SessionCore : public SharedConnection {
+ public:
+  SessionCore(std::string dsn, SessionOptions options);
+  SessionCore(const SessionCore&) = delete;
+  SessionCore& operator=(const SessionCore&) = delete;
+  ~SessionCore() override;
+
+  // Starts the I/O thread, which owns `self` (this core) until it ends.
+  void start(std::shared_ptr<SessionCore> self);
+  // Ends the I/O thread; queued jobs then fail, pending beats and watches are dropped.
+  void stop() noexcept;
+
+  // Runs `body` on the I/O thread (see SharedConnection); on the I/O thread
+  // itself, at once.
+  bool call(const std::function<void(OwnSession&)>& body, Deadline queued_until) override;
+
+  // A heartbeat to send at the end of the current tick (see heartbeat_tick).
+  struct Beat {
+    std::string table, lock_name, instance_id;
+    Fence fence = 0;
+    GrantToken token = 0;
+    std::chrono::nanoseconds timeout{0};
+    Deadline deadline;  // past it, the beat fails unsent (backend_unavailable)
+    std::shared_ptr<DurableMark> mark;
+    BeatCallback done;
+  };
+  void add_beat(Beat beat);
+
+  // A waiter's watch: registered on the I/O thread (LISTEN, a read of the
+  // row), then woken once by a NOTIFY, its stale deadline, a re-check or a
+  // reconnect. Returns the registration's error, if any.
+  Result<WatchId> add_watch(const WatchRequest& request, std::function<void()> woken);
+  // True if the watch was still waiting (its callback never runs).
+  bool cancel_watch(WatchId id) noexcept;
+
+  [[nodiscard]] SessionStats stats() const noexcept;
+  [[nodiscard]] const SessionOptions& options() const noexcept { return options_; }
+  [[nodiscard]] const std::string& dsn() const noexcept { return dsn_; }
+  [[nodiscard]] const std::string& redacted() const noexcept override { return redacted_; }
+  [[nodiscard]] const std::vector<std::string>& secrets() const noexcept override { return secrets_; }
+  [[nodiscard]] const PostgresOptions& postgres_options() const noexcept override { return options_.postgres; }
+  [[nodiscard]] bool on_io_thread() const noexcept { return std::this_thread::get_id() == thread_id_.load(); }
+
+ private:
+  struct Job {
+    const std::function<void(OwnSession&)>* body;
+    bool running = false;
+    bool done = false;
+    std::condition_variable cv;
+  };
+  struct Watch {
+    std::string table, lock_name, channel;  // channel empty: no LISTEN (unnamed statements)
+    std::chrono::nanoseconds stale_threshold{0};
+    std::optional<Deadline> check_at;  // the holder's row is read then
+    std::uint64_t epoch = 0;           // the connection it LISTENs on
+    std::function<void()> woken;
+  };
+
+  void run() noexcept;
+  void wake() noexcept;
+  // After any I/O: dispatches notifications, wakes watches a reconnect or a
+  // lost connection left deaf, counts statements.
+  void after_io();
+  void send_beats();
+  // Reads each table with watches due (or all, at a re-check) once.
+  void check_watches(bool all);
+  [[nodiscard]] Deadline next_timer(Deadline now);
+  // Takes the watches in `ids` out and runs their callbacks (no lock held).
+  void wake_watches(const std::vector<WatchId>& ids);
+  [[nodiscard]] std::chrono::nanoseconds recheck_every() const;
+  [[nodiscard]] std::uint64_t epoch() const noexcept;
+
+  std::string dsn_, redacted_;
+  std::vector<std::string> secrets_;
+  SessionOptions options_;
+  OwnSession own_;  // the I/O thread's only
+  std::optional<PostgresBackend> io_backend_;  // the operations, used by the I/O thread alone
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};  // set by the thread itself, first thing
+
+  mutable std::mutex mutex_;  // guards what follows; never held across I/O or a callback
+  bool stopping_ = false;
+  std::deque<Job*> jobs_;
+  std::vector<Beat> beats_;
+  std::optional<Deadline> tick_end_;
+  std::map<WatchId, Watch> watches_;
+  WatchId next_watch_ = 1;
+  Deadline next_recheck_ = Deadline::max();
+
+  std::atomic<std::uint64_t> statements_{0}, heartbeat_statements_{0}, heartbeats_{0}, notifications_{0},
+      rechecks_{0}, connects_{0};
+};
+
+}  // namespace pgmutex::postgres_detail

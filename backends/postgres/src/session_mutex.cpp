@@ -1,0 +1,8 @@
+// The explicit instantiation that pgmutex/session.hpp declares extern.
+#include "pgmutex/session.hpp"
+
+namespace pgmutex {
+
+template class BasicMutex<SessionBackend>;
+
+}  // namespace pgmutex

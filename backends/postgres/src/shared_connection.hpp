@@ -1,0 +1,56 @@
+// What a PostgresBackend whose statements run on a pgmutex::Session's
+// connection needs of that session, and what the session reaches inside
+// PostgresBackend (a friend). Kept apart from session_core.hpp so the
+// backend's operations need not see the public Session. Private to the backend.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "own_session.hpp"
+#include "pgmutex/postgres_backend.hpp"
+
+namespace pgmutex::postgres_detail {
+
+// The server history of one mutex's last synchronously committed write (its
+// acquire, or a durable heartbeat). With a shared connection the
+// connection-wide "durable heartbeat due" flag of ServerHistory cannot serve:
+// one lock's durable heartbeat would vouch for another's after a failover.
+// A mutex's heartbeat is durable iff the session's history differs from this.
+struct DurableMark {
+  static constexpr std::uint64_t none = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> history{none};
+  [[nodiscard]] bool due(std::uint64_t current) const noexcept { return history.load() != current; }
+};
+
+class SharedConnection {
+ public:
+  SharedConnection() = default;
+  SharedConnection(const SharedConnection&) = delete;
+  SharedConnection& operator=(const SharedConnection&) = delete;
+  virtual ~SharedConnection() = default;
+
+  // Runs `body` on the connection's thread and waits for it. False if
+  // `queued_until` passed while it was still queued (it then never runs) or
+  // the session stopped. A running body is waited for: it has its own deadline.
+  virtual bool call(const std::function<void(OwnSession&)>& body, Deadline queued_until) = 0;
+  [[nodiscard]] virtual const PostgresOptions& postgres_options() const noexcept = 0;
+  [[nodiscard]] virtual const std::string& redacted() const noexcept = 0;
+  [[nodiscard]] virtual const std::vector<std::string>& secrets() const noexcept = 0;
+};
+
+struct SharedAccess {
+  static PostgresBackend make(std::shared_ptr<SharedConnection> shared, std::shared_ptr<DurableMark> mark);
+  // heartbeat_many, committed synchronously if `durable` (else as the options say).
+  static Result<std::vector<bool>> heartbeat_many(PostgresBackend& backend, std::span<const HolderKey> keys,
+                                                  bool durable) noexcept;
+  // The lock's NOTIFY channel, LISTENed on the shared connection.
+  static Result<std::string> listen(PostgresBackend& backend, LockRef lock) noexcept;
+};
+
+}  // namespace pgmutex::postgres_detail
