@@ -1,5 +1,5 @@
-// A C++20 coroutine service on one io_context that holds three locks and runs
-// a task under each; a task is cancelled when its lease is lost
+// A C++20 coroutine service on one io_context that holds three locks (three
+// AsioMutexes on one Session: one connection) and runs a task under each; a task is cancelled when its lease is lost
 // (async_wait_lost || the task, with Asio's awaitable operators). To show it,
 // a second connection force-releases one lock, as an operator would with
 // `pgmutex release --force`: that lock's next heartbeat finds no row, its
@@ -28,10 +28,7 @@ namespace asio = boost::asio;
 using namespace asio::experimental::awaitable_operators;
 using namespace std::chrono_literals;
 
-// AsioMutex's executor on a blocking PostgresBackend: a connection per lock.
-// With pgmutex::AsioMutex (Session's backend) the code is the same, on one connection.
-using LockMutex = pgmutex::BasicMutex<pgmutex::PostgresBackend, pgmutex::SteadyClock, pgmutex::NoMetrics,
-                                      pgmutex::AsioExecutor>;
+using LockMutex = pgmutex::AsioMutex;
 
 // The work a lock protects: 40 steps of 50 ms. Returns the steps done.
 asio::awaitable<int> run_task(const std::string& name, pgmutex::Fence fence) {
@@ -67,6 +64,7 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("PGMUTEX_DSN");
   const std::string dsn = argc > 1 ? argv[1] : env != nullptr ? env : "";
   asio::io_context io;
+  auto session = pgmutex::Session::create(dsn);  // heartbeats of all three go out as one statement per tick
 
   auto options = [](std::string lock) {
     pgmutex::Options o{.lock_name = std::move(lock), .table = "asio_service_locks"};
@@ -77,9 +75,9 @@ int main(int argc, char** argv) {
     return o;
   };
   std::array<LockMutex, 3> mutexes{
-      LockMutex(pgmutex::PostgresBackend(dsn), options("report"), {}, {}, pgmutex::AsioExecutor(io.get_executor())),
-      LockMutex(pgmutex::PostgresBackend(dsn), options("billing"), {}, {}, pgmutex::AsioExecutor(io.get_executor())),
-      LockMutex(pgmutex::PostgresBackend(dsn), options("cleanup"), {}, {}, pgmutex::AsioExecutor(io.get_executor()))};
+      LockMutex(session->backend(), options("report"), {}, {}, pgmutex::AsioExecutor(io.get_executor())),
+      LockMutex(session->backend(), options("billing"), {}, {}, pgmutex::AsioExecutor(io.get_executor())),
+      LockMutex(session->backend(), options("cleanup"), {}, {}, pgmutex::AsioExecutor(io.get_executor()))};
   mutexes[0].create_schema();
 
   std::latch all_held(3);
@@ -98,6 +96,7 @@ int main(int argc, char** argv) {
   loop.join();
 
   const bool as_expected = outcome[0] == 1 && outcome[1] == 0 && outcome[2] == 1;
+  std::printf("%llu connection(s) for the three locks\n", static_cast<unsigned long long>(session->stats().connects));
   std::printf("%s\n", as_expected ? "as expected: billing's task was cancelled, the others finished"
                                   : "NOT as expected");
   return as_expected ? 0 : 1;

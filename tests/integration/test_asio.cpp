@@ -221,3 +221,88 @@ TEST_CASE("the user's loop stays responsive while a statement waits on a row loc
   CHECK(ec);                    // it gave up on the row lock
   CHECK(ticks_meanwhile >= 1);  // the loop ran timers while the statement waited: it was not on the loop
 }
+
+// ---- AsioMutex: the same API on one Session (one connection, one LISTEN) ----
+
+namespace {
+
+// Two AsioMutexes on one session, one on another: a waiter sleeps on the
+// session's LISTEN (poll_interval an hour: only a NOTIFY, the holder's
+// stale deadline or a re-check can wake it in time).
+struct SessionWorld {
+  std::string table = fresh_table("asio_session");
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::shared_ptr<pgmutex::Session> one = pgmutex::Session::create("");
+  std::shared_ptr<pgmutex::Session> two = pgmutex::Session::create("");
+  pgmutex::AsioMutex a{one->backend(), slow(table, "a"), {}, {}, AsioExecutor(io.get_executor())};
+  pgmutex::AsioMutex b{one->backend(), slow(table, "b"), {}, {}, AsioExecutor(io.get_executor())};
+  pgmutex::AsioMutex c{two->backend(), slow(table, "c"), {}, {}, AsioExecutor(io.get_executor())};
+  std::thread runner;
+
+  static pgmutex::Options slow(std::string table, std::string instance) {
+    auto o = quick(std::move(table), std::move(instance));
+    o.poll_interval = std::chrono::hours(1);
+    return o;
+  }
+  SessionWorld() {
+    a.create_schema();
+    runner = std::thread([this] { io.run(); });
+  }
+  ~SessionWorld() {
+    io.stop();
+    runner.join();
+  }
+  std::optional<pgmutex::LockRow> row() const {
+    PostgresBackend other("");
+    return other.inspect(LockRef{table, "x"}).value();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("AsioMutex on a Session: a coroutine waiter wakes on the release's NOTIFY", "[asio][session]") {
+  SessionWorld w;
+  const bool same_session = GENERATE(true, false);
+  INFO((same_session ? "holder and waiter on one session" : "on two sessions"));
+  pgmutex::AsioMutex& waiter = same_session ? w.b : w.c;
+  auto held = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(held);
+  auto got = asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<pgmutex::Fence> {
+        auto g = co_await waiter.async_acquire(30s, asio::use_awaitable);
+        const auto fence = g ? g.fence() : 0;
+        if (g) co_await g.async_release(asio::use_awaitable);
+        co_return fence;
+      },
+      asio::use_future);
+  std::this_thread::sleep_for(200ms);  // most likely watching by now; the outcome is the same either way
+  const auto first = held.fence();
+  held.async_release(asio::use_future).get();
+  CHECK(got.get() > first);  // woken long before an hour's poll, or it would time out the test
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("AsioMutex on a Session: a cancelled watching waiter leaves no row; a lost lease is told",
+          "[asio][session]") {
+  SessionWorld w;
+  auto held = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(held);
+  asio::cancellation_signal signal;
+  std::promise<error_code> cancelled;
+  w.c.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, auto) {
+                      cancelled.set_value(ec);
+                    }));
+  std::this_thread::sleep_for(200ms);
+  asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  CHECK(cancelled.get_future().get() == asio::error::operation_aborted);
+
+  auto lost = held.async_wait_lost(asio::use_future);
+  PostgresBackend admin("");
+  REQUIRE(admin.force_release(LockRef{w.table, "x"}).value());
+  lost.get();  // a batched heartbeat of the session found no row
+  CHECK(held.lost());
+  std::this_thread::sleep_for(200ms);  // the cancelled waiter, were it still watching, would take it now
+  CHECK_FALSE(w.row());
+}
