@@ -6,8 +6,10 @@
 //    thread, next to the same two prepared statements sent by plain libpq
 //    (goal: within 1.10x), and next to the same mutex's blocking cycle;
 //  - the handoff: a holder releases, a waiter's async_acquire completes. The
-//    time from release() returning to the waiter's handler, p50 and p99 (a
-//    PostgresBackend waiter polls: its poll_interval bounds this).
+//    time from release() returning to the waiter's handler, p50 and p99: a
+//    PostgresBackend waiter polls (its poll_interval bounds this), an
+//    AsioMutex on a Session is woken by the release's NOTIFY;
+//  - AsioMutex's cycle on a Session.
 #include <libpq-fe.h>
 
 #include <benchmark/benchmark.h>
@@ -187,20 +189,15 @@ BENCHMARK(blocking_memory_cycle)->UseRealTime();
 
 // ---- the handoff ---------------------------------------------------------------
 
-// Each iteration: the holder (blocking API, its own thread) holds the lock
-// while the waiter's async_acquire waits on the loop; the holder releases
-// and notes when release() returned; the waiter's handler notes when it ran,
-// then releases so the holder can take it again.
-void asio_handoff(benchmark::State& state) {
-  setup_table("bench_asio_handoff");
-  asio::io_context io;
-  auto work = asio::make_work_guard(io);
-  std::thread loop([&] { io.run(); });
-  PgAsioMutex holder(PostgresBackend(""), options("bench_asio_handoff", "holder"), {}, {},
-                     AsioExecutor(io.get_executor()));
-  PgAsioMutex waiter(PostgresBackend(""), options("bench_asio_handoff", "waiter"), {}, {},
-                     AsioExecutor(io.get_executor()));
+// Each iteration: the holder (blocking API, its own connection) holds the
+// lock while the waiter's async_acquire waits on the loop; the holder
+// releases and notes when release() returned; the waiter's handler notes
+// when it ran, then releases so the holder can take it again.
+template <class Waiter>
+void measure_handoff(benchmark::State& state, asio::io_context& io, Waiter& waiter, const std::string& table) {
+  PgAsioMutex holder(PostgresBackend(""), options(table, "holder"), {}, {}, AsioExecutor(io.get_executor()));
   using Clock = std::chrono::steady_clock;
+  using Guard = typename Waiter::guard_type;
   std::vector<double> micros;
   for (auto _ : state) {
     auto held = holder.try_acquire();
@@ -209,8 +206,8 @@ void asio_handoff(benchmark::State& state) {
       break;
     }
     std::promise<Clock::time_point> got;
-    PgAsioMutex::guard_type won;
-    waiter.async_acquire(std::nullopt, [&](boost::system::error_code ec, PgAsioMutex::guard_type g) {
+    Guard won;
+    waiter.async_acquire(std::nullopt, [&](boost::system::error_code ec, Guard g) {
       const auto at = Clock::now();
       if (ec || !g) state.SkipWithError("waiter not acquired");
       won = std::move(g);
@@ -223,16 +220,70 @@ void asio_handoff(benchmark::State& state) {
     micros.push_back(std::chrono::duration<double, std::micro>(at - released).count());
     won.release();
   }
-  work.reset();
-  io.stop();
-  loop.join();
   std::sort(micros.begin(), micros.end());
   if (!micros.empty()) {
     state.counters["p50_us"] = micros[micros.size() / 2];
     state.counters["p99_us"] = micros[std::min(micros.size() - 1, micros.size() * 99 / 100)];
   }
 }
-BENCHMARK(asio_handoff)->UseRealTime()->Iterations(300);
+
+// The user's loop on its own thread while the benchmark's thread holds and releases.
+struct Loop {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::thread thread{[this] { io.run(); }};
+  ~Loop() {
+    io.stop();
+    thread.join();
+  }
+};
+
+// PostgresBackend: the waiter tries again every poll_interval (2 ms).
+void asio_handoff_polling(benchmark::State& state) {
+  setup_table("bench_asio_handoff");
+  Loop loop;
+  PgAsioMutex waiter(PostgresBackend(""), options("bench_asio_handoff", "waiter"), {}, {},
+                     AsioExecutor(loop.io.get_executor()));
+  measure_handoff(state, loop.io, waiter, "bench_asio_handoff");
+}
+BENCHMARK(asio_handoff_polling)->UseRealTime()->Iterations(300);
+
+// AsioMutex on a Session: the waiter sleeps on the session's LISTEN and is
+// woken by the release's NOTIFY (poll_interval an hour: no poll helps it).
+void asio_handoff_session(benchmark::State& state) {
+  setup_table("bench_asio_handoff_session");
+  Loop loop;
+  auto session = pgmutex::Session::create("");
+  auto o = options("bench_asio_handoff_session", "waiter");
+  o.poll_interval = std::chrono::hours(1);
+  pgmutex::AsioMutex waiter(session->backend(), o, {}, {}, AsioExecutor(loop.io.get_executor()));
+  measure_handoff(state, loop.io, waiter, "bench_asio_handoff_session");
+}
+BENCHMARK(asio_handoff_session)->UseRealTime()->Iterations(300);
+
+// ---- AsioMutex on a Session: the uncontended cycle (each statement goes
+// from the I/O pool to the session's thread and back).
+
+void asio_session_cycle(benchmark::State& state) {
+  setup_table("bench_asio_cycle_session");
+  asio::io_context io;
+  auto session = pgmutex::Session::create("");
+  pgmutex::AsioMutex mutex(session->backend(), options("bench_asio_cycle_session", "session"), {}, {},
+                           AsioExecutor(io.get_executor()));
+  bool finished = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (auto _ : state) {
+          auto guard = co_await mutex.async_try_acquire(asio::use_awaitable);
+          if (!guard) state.SkipWithError("not acquired");
+          co_await guard.async_release(asio::use_awaitable);
+        }
+      },
+      [&](std::exception_ptr) { finished = true; });
+  while (!finished) io.run_one();
+}
+BENCHMARK(asio_session_cycle)->UseRealTime();
 
 }  // namespace
 
