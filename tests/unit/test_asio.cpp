@@ -121,7 +121,7 @@ TEST_CASE("async_try_acquire and async_release with callbacks", "[asio]") {
   CHECK(std::error_code(again.get_future().get()) == Errc::already_acquired);
 }
 
-TEST_CASE("use_future: the guard alone; async_heartbeat and async_release; an error is thrown", "[asio]") {
+TEST_CASE("use_future: the guard alone; async_heartbeat and async_release; use_awaitable throws an error", "[asio]") {
   World w;
   Guard g = w.a.async_try_acquire(asio::use_future).get();
   REQUIRE(g);
@@ -132,13 +132,22 @@ TEST_CASE("use_future: the guard alone; async_heartbeat and async_release; an er
   REQUIRE(taken.holder());
   CHECK(taken.holder()->instance_id == "a");
   g.async_release(asio::use_future).get();
+  // An error is thrown: caught inside a coroutine, on the loop's thread (an
+  // exception handed across threads by a future is a false report of
+  // ThreadSanitizer's, libstdc++'s exception_ptr being uninstrumented).
   Guard empty;
-  try {
-    empty.async_release(asio::use_future).get();
-    FAIL("no exception");
-  } catch (const boost::system::system_error& e) {
-    CHECK(std::error_code(e.code()) == Errc::lock_not_held);
-  }
+  auto caught = asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<error_code> {
+        try {
+          co_await empty.async_release(asio::use_awaitable);
+        } catch (const boost::system::system_error& e) {
+          co_return e.code();
+        }
+        co_return error_code();
+      },
+      asio::use_future);
+  CHECK(std::error_code(caught.get()) == Errc::lock_not_held);
 }
 
 TEST_CASE("use_awaitable: a coroutine waits for the lock without a thread, and gets it when released", "[asio]") {
