@@ -1,0 +1,15 @@
+// pgmutex on Boost.Asio: AsioMutex, a mutex on a Session whose timers run on
+// the user's event loop, and the async forms of its operations
+// (async_try_acquire, async_acquire, and the guard's async_release,
+// async_heartbeat, async_wait_lost), each taking a completion token.
+// The only public header, with pgmutex/asio/, that includes Boost.Asio.
+#pragma once
+
+#include "pgmutex/asio/executor.hpp"
+#include "pgmutex/session.hpp"
+
+namespace pgmutex {
+
+using AsioMutex = BasicMutex<SessionBackend, SteadyClock, NoMetrics, AsioExecutor>;
+
+}  // namespace pgmutex

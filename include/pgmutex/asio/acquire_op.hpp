@@ -1,0 +1,184 @@
+// async_acquire: tries until acquired, the timeout passes, or the handler's
+// cancellation slot fires, without holding a thread while it waits:
+//
+//   try (on the I/O pool) -> taken: a backend that watches locks
+//   asynchronously wakes us when the lock may be free (watch_async); any
+//   other is tried again after poll_interval (a steady_timer on the user's
+//   loop) -> try ...
+//
+// Three things race to end it: a try's answer (pool thread), the deadline
+// timer (the user's loop) and a cancellation (the handler's side). A small
+// mutex orders them; `done_` makes the first one win. A try cannot be
+// interrupted: a stop that comes during one is acted on when it returns, and
+// a grant it won then is released before the operation completes with
+// operation_aborted, so a cancelled acquire leaves no row behind.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "pgmutex/asio/access.hpp"
+#include "pgmutex/asio/completion.hpp"
+#include "pgmutex/asio/error.hpp"
+#include "pgmutex/backend.hpp"
+
+namespace pgmutex::asio_detail {
+
+template <class Mutex, class Handler>
+class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>> {
+  using Guard = typename Mutex::guard_type;
+  using Backend = typename Mutex::backend_type;
+  using Access = detail::AsyncAccess;
+
+ public:
+  AcquireOp(Mutex mutex, Handler handler, const boost::asio::any_io_executor& loop,
+            std::optional<std::chrono::nanoseconds> timeout)
+      : mutex_(std::move(mutex)), completion_(std::move(handler), loop), poll_timer_(std::in_place, loop),
+        deadline_(std::in_place, loop), timeout_(timeout) {}
+
+  void start() {
+    auto self = this->shared_from_this();
+    std::lock_guard lock(m_);
+    if (auto slot = completion_.cancellation_slot(); slot.is_connected())
+      slot.assign([self](boost::asio::cancellation_type type) {
+        if (type != boost::asio::cancellation_type::none) self->stop(Stop::cancelled);
+      });
+    if (timeout_) {
+      deadline_->expires_after(std::max(*timeout_, std::chrono::nanoseconds::zero()));
+      deadline_->async_wait([self](boost::system::error_code ec) {
+        if (!ec) self->stop(Stop::timed_out);
+      });
+    }
+    try_soon();
+  }
+
+ private:
+  enum class Stop { cancelled, timed_out };
+
+  void try_soon() {
+    run_off_loop([self = this->shared_from_this()] { self->attempt(); });
+  }
+
+  void attempt() {
+    {
+      std::unique_lock lock(m_);
+      if (done_) return;
+      if (cancelled_) return finish_stopped(lock);
+      trying_ = true;
+      watch_.reset();
+    }
+    auto got = mutex_.try_acquire(nothrow);
+    std::unique_lock lock(m_);
+    trying_ = false;
+    tried_ = true;
+    if (cancelled_) {
+      if (got && *got) {
+        lock.unlock();
+        (void)got->release(nothrow);  // won as the cancellation came: leave no row behind
+        lock.lock();
+      }
+      return finish_stopped(lock);
+    }
+    if (got && *got) return finish(lock, {}, std::move(*got));
+    const bool transient =
+        !got && (got.error() == Errc::backend_unavailable || got.error() == Errc::outcome_unknown);
+    if (!got && !transient) return finish(lock, to_error_code(got.error()), Guard());
+    if (got) {
+      holder_ = got->holder();
+      last_error_.reset();
+    } else {
+      last_error_ = got.error();
+    }
+    if (timed_out_) return finish_stopped(lock);
+    wait_then_try(got.has_value());
+  }
+
+  // Called with m_ held, after a try found the lock taken (or the backend away).
+  void wait_then_try(bool answered) {
+    auto* state = Access::state_of(mutex_);
+    if constexpr (BackendWatchesLocksAsynchronously<Backend>) {
+      // Refused by a failover grace: no release will be announced, so poll.
+      if (answered && !(holder_ && holder_->failover_grace_left_s > 0)) {
+        const auto& o = state->options;
+        WatchRequest watch{LockRef{o.table, o.lock_name}, o.stale_threshold, std::nullopt};
+        if (holder_) {
+          const auto age = std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::duration<double>(holder_->seconds_since_heartbeat));
+          watch.holder_stale_in = std::max(std::chrono::nanoseconds::zero(), o.stale_threshold - age);
+        }
+        // `woken` only queues a try: it takes no lock, so it may run anywhere, even inside watch_async.
+        auto id = state->backend.watch_async(watch, [self = this->shared_from_this()] { self->try_soon(); });
+        if (id) {
+          watch_ = *id;
+          return;
+        }
+      }
+    }
+    poll_timer_->expires_after(state->options.poll_interval);
+    poll_timer_->async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->try_soon();
+    });
+  }
+
+  void stop(Stop why) {
+    std::unique_lock lock(m_);
+    if (done_) return;
+    (why == Stop::cancelled ? cancelled_ : timed_out_) = true;
+    // A try in flight (or the first, not yet made) ends it when it returns.
+    if (trying_ || (why == Stop::timed_out && !tried_)) return;
+    finish_stopped(lock);
+  }
+
+  // Cancelled: operation_aborted. Timed out: an empty guard that says so, as
+  // the blocking acquire returns; or the error, if the backend never answered.
+  void finish_stopped(std::unique_lock<std::mutex>& lock) {
+    if (cancelled_)
+      return finish(lock, boost::asio::error::operation_aborted, Access::empty_guard<Guard>(Errc::cancelled, holder_));
+    if (last_error_) return finish(lock, to_error_code(*last_error_), Guard());
+    finish(lock, {}, Access::empty_guard<Guard>(Errc::timeout, holder_));
+  }
+
+  // Once the handler may run, the user may destroy the mutex and then the
+  // loop: the op keeps neither. Its timers go now (their waits end with
+  // operation_aborted), and its share of the mutex before the handler is
+  // queued: a late reference to the op (a queued try that will find done_)
+  // then holds nothing of the user's.
+  void finish(std::unique_lock<std::mutex>& lock, boost::system::error_code ec, Guard guard) {
+    done_ = true;
+    poll_timer_.reset();
+    deadline_.reset();
+    if constexpr (BackendWatchesLocksAsynchronously<Backend>) {
+      if (watch_) (void)Access::state_of(mutex_)->backend.cancel_watch(*watch_);  // if it ran, its try finds done_
+    }
+    Mutex share = std::move(mutex_);
+    lock.unlock();
+    { Mutex gone = std::move(share); }  // outside m_: the last owner's close() may wait for a wake-up
+    completion_.complete(ec, std::move(guard));
+  }
+
+  Mutex mutex_;  // shares the user's mutex's state
+  Completion<Handler> completion_;
+  std::mutex m_;  // everything below, and the timers' calls
+  std::optional<boost::asio::steady_timer> poll_timer_;
+  std::optional<boost::asio::steady_timer> deadline_;
+  std::optional<std::chrono::nanoseconds> timeout_;
+  std::optional<WatchId> watch_;
+  std::optional<HolderInfo> holder_;  // who held it at the last try
+  std::optional<Error> last_error_;   // the last try's transient error, if it failed
+  bool done_ = false;
+  bool trying_ = false;
+  bool tried_ = false;
+  bool cancelled_ = false;
+  bool timed_out_ = false;
+};
+
+}  // namespace pgmutex::asio_detail

@@ -1,0 +1,148 @@
+// The async forms of BasicMutex and BasicGuard, for AsioExecutor. Each takes
+// an Asio completion token (a callback, use_future, use_awaitable, deferred,
+// ...) and completes with boost::system::error_code first:
+//
+//   async_try_acquire            void(error_code, Guard)
+//   async_acquire(timeout)       void(error_code, Guard)   (acquire_op.hpp)
+//   guard.async_release          void(error_code)
+//   guard.async_heartbeat        void(error_code)
+//   guard.async_wait_lost        void(error_code)          (wait_lost_op.hpp)
+//
+// An empty guard (the lock held by another, a timeout) is an answer, not an
+// error, as in the blocking API: only a backend failure is an error code.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/system_executor.hpp>
+
+#include "pgmutex/asio/access.hpp"
+#include "pgmutex/asio/acquire_op.hpp"
+#include "pgmutex/asio/completion.hpp"
+#include "pgmutex/asio/error.hpp"
+#include "pgmutex/asio/wait_lost_op.hpp"
+
+namespace pgmutex::asio_detail {
+
+using Access = detail::AsyncAccess;
+
+template <class Guard>
+using GuardSignature = void(boost::system::error_code, Guard);
+using DoneSignature = void(boost::system::error_code);
+
+// One owner's share of a state, taken when the operation is initiated and
+// given back when it is done: the state stays open if the user's guard goes
+// meanwhile (a deferred heartbeat that is never launched gives it back too).
+template <class State>
+class Share {
+ public:
+  explicit Share(State* state) noexcept : state_(state) {
+    if (state_ != nullptr) state_->add_owner();
+  }
+  Share(Share&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  Share& operator=(Share&&) = delete;
+  ~Share() {
+    if (state_ != nullptr) State::drop_owner(state_);
+  }
+  State* get() const noexcept { return state_; }
+
+ private:
+  State* state_;
+};
+
+// Where a guard's handlers run by default: its mutex's loop; an empty
+// guard has none, and its operation completes at once, with an error.
+template <class Guard>
+boost::asio::any_io_executor loop_of_guard(const Guard& guard) {
+  if (auto* state = Access::guard_state(guard)) return loop_of(*state);
+  return boost::asio::system_executor();
+}
+
+template <class Mutex, class Token>
+auto async_try_acquire(Mutex& mutex, Token&& token) {
+  using Guard = typename Mutex::guard_type;
+  return boost::asio::async_initiate<Token, GuardSignature<Guard>>(
+      [](auto handler, Mutex shared) {
+        Completion<decltype(handler)> done(std::move(handler), loop_of(*Access::state_of(shared)));
+        run_off_loop([done = std::move(done), shared = std::move(shared)]() mutable {
+          auto got = shared.try_acquire(nothrow);
+          { Mutex gone = std::move(shared); }  // our share goes before the handler may run (see AcquireOp::finish)
+          if (got) done.complete(boost::system::error_code(), std::move(*got));
+          else done.complete(to_error_code(got.error()), Guard());
+        });
+      },
+      token, Access::share(mutex));
+}
+
+template <class Mutex, class Token>
+auto async_acquire(Mutex& mutex, std::optional<std::chrono::nanoseconds> timeout, Token&& token) {
+  using Guard = typename Mutex::guard_type;
+  return boost::asio::async_initiate<Token, GuardSignature<Guard>>(
+      [](auto handler, Mutex shared, std::optional<std::chrono::nanoseconds> limit) {
+        const auto loop = loop_of(*Access::state_of(shared));
+        auto op = std::make_shared<AcquireOp<Mutex, decltype(handler)>>(std::move(shared), std::move(handler), loop,
+                                                                         limit);
+        op->start();
+      },
+      token, Access::share(mutex), timeout);
+}
+
+// The grant leaves the user's guard now (moved into the operation), as
+// release() takes it at once.
+template <class Guard, class Token>
+auto async_release(Guard&& guard, Token&& token) {
+  const auto loop = loop_of_guard(guard);
+  return boost::asio::async_initiate<Token, DoneSignature>(
+      [](auto handler, Guard owned, boost::asio::any_io_executor on) {
+        Completion<decltype(handler)> done(std::move(handler), on);
+        run_off_loop([done = std::move(done), owned = std::move(owned)]() mutable {
+          auto released = owned.release(nothrow);
+          done.complete(error_of(released));
+        });
+      },
+      token, std::move(guard), loop);
+}
+
+template <class Guard, class Token>
+auto async_heartbeat(Guard& guard, Token&& token) {
+  using State = std::remove_pointer_t<decltype(Access::guard_state(guard))>;
+  const auto loop = loop_of_guard(guard);
+  return boost::asio::async_initiate<Token, DoneSignature>(
+      [](auto handler, Share<State> state, std::uint64_t generation, boost::asio::any_io_executor on) {
+        Completion<decltype(handler)> done(std::move(handler), on);
+        run_off_loop([done = std::move(done), state = std::move(state), generation]() mutable {
+          if (state.get() == nullptr) return done.complete(to_error_code(Error(Errc::lock_not_held, "guard does not own a lock")));
+          auto beat = state.get()->heartbeat_grant(generation);
+          { Share<State> gone = std::move(state); }  // before the handler may run (see AcquireOp::finish)
+          done.complete(error_of(beat));
+        });
+      },
+      token, Share<State>(Access::guard_state(guard)), Access::generation(guard), loop);
+}
+
+// An empty guard has no lease to lose: lock_not_held at once.
+template <class Guard, class Token>
+auto async_wait_lost(Guard& guard, Token&& token) {
+  auto* state = Access::guard_state(guard);
+  std::optional<std::stop_token> lost;
+  if (state != nullptr) lost = state->grant_stop_token(Access::generation(guard));
+  return boost::asio::async_initiate<Token, DoneSignature>(
+      [](auto handler, std::optional<std::stop_token> lost, boost::asio::any_io_executor on) {
+        if (!lost) {
+          Completion<decltype(handler)>(std::move(handler), on)
+              .complete(to_error_code(Error(Errc::lock_not_held, "guard does not own a lock")));
+          return;
+        }
+        auto op = std::make_shared<WaitLostOp<decltype(handler)>>(std::move(handler), on);
+        op->start(std::move(*lost));
+      },
+      token, std::move(lost), loop_of_guard(guard));
+}
+
+}  // namespace pgmutex::asio_detail

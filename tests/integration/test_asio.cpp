@@ -1,0 +1,308 @@
+// [asio]: the async API on a real server, through BasicMutex<PostgresBackend,
+// ..., AsioExecutor> (AsioMutex's executor on the blocking backend; AsioMutex
+// itself needs the Session implementation): every completion token, a
+// cancelled waiter that leaves no row, a lease lost to a force-release, and
+// the user's loop staying responsive while a statement hangs on a row lock.
+// Orders are checked, never timings.
+#include "pgmutex/asio.hpp"  // first: the header is self-contained
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "support.hpp"
+
+using namespace itest;
+using pgmutex::AsioExecutor;
+using pgmutex::Errc;
+using pgmutex::LockRef;
+using pgmutex::PostgresBackend;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+using PgAsioMutex = pgmutex::BasicMutex<PostgresBackend, pgmutex::SteadyClock, pgmutex::NoMetrics, AsioExecutor>;
+using Guard = PgAsioMutex::guard_type;
+
+static_assert(std::is_same_v<pgmutex::AsioMutex::executor_type, AsioExecutor>);
+
+// Lease 1.5 s, a beat every 200 ms, a statement may take 0.5 s.
+pgmutex::Options quick(std::string table, std::string instance) {
+  auto o = options(std::move(table), "x", std::move(instance));
+  o.heartbeat_interval = 200ms;
+  o.alert_threshold = 2s;
+  o.stale_threshold = 3s;
+  o.safety_margin = 1500ms;
+  o.heartbeat_timeout = 500ms;
+  o.poll_interval = 20ms;
+  return o;
+}
+
+// The user's loop, run by one thread; two mutexes on one lock.
+struct World {
+  std::string table = fresh_table("asio");
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  PgAsioMutex a{PostgresBackend(""), quick(table, "a"), {}, {}, AsioExecutor(io.get_executor())};
+  PgAsioMutex b{PostgresBackend(""), quick(table, "b"), {}, {}, AsioExecutor(io.get_executor())};
+  std::thread runner;
+
+  World() {
+    a.create_schema();
+    runner = std::thread([this] { io.run(); });
+  }
+  // Stopped, not drained: a wake-up of a released grant stays due for a while.
+  ~World() {
+    io.stop();
+    runner.join();
+  }
+  // The row as another connection sees it.
+  std::optional<pgmutex::LockRow> row() const {
+    PostgresBackend other("");
+    return other.inspect(LockRef{table, "x"}).value();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("async_try_acquire and async_release with callbacks", "[asio]") {
+  World w;
+  std::promise<std::pair<error_code, Guard>> got_a, got_b;
+  w.a.async_try_acquire([&](error_code ec, Guard g) { got_a.set_value({ec, std::move(g)}); });
+  auto [ec_a, ga] = got_a.get_future().get();
+  CHECK_FALSE(ec_a);
+  REQUIRE(ga);
+  w.b.async_try_acquire([&](error_code ec, Guard g) { got_b.set_value({ec, std::move(g)}); });
+  auto [ec_b, gb] = got_b.get_future().get();
+  CHECK_FALSE(ec_b);
+  CHECK_FALSE(gb);
+  CHECK(gb.why() == Errc::lock_held);
+  REQUIRE(gb.holder());
+  CHECK(gb.holder()->instance_id == "a");
+  std::promise<error_code> released;
+  ga.async_release([&](error_code ec) { released.set_value(ec); });
+  CHECK_FALSE(released.get_future().get());
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("use_future: guards, a timeout as an empty guard, heartbeat, release", "[asio]") {
+  World w;
+  Guard g = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(g);
+  g.async_heartbeat(asio::use_future).get();
+  Guard late = w.b.async_acquire(100ms, asio::use_future).get();
+  CHECK_FALSE(late);
+  CHECK(late.why() == Errc::timeout);
+  g.async_release(asio::use_future).get();
+  Guard mine = w.b.async_acquire(5s, asio::use_future).get();
+  REQUIRE(mine);
+  CHECK(mine.fence() > g.fence());
+}
+
+TEST_CASE("use_awaitable: a coroutine waits for the lock and gets it when released", "[asio]") {
+  World w;
+  Guard held = w.a.try_acquire();
+  REQUIRE(held);
+  auto waiter = asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<pgmutex::Fence> {
+        Guard g = co_await w.b.async_acquire(std::nullopt, asio::use_awaitable);
+        co_await g.async_heartbeat(asio::use_awaitable);
+        const auto fence = g.fence();
+        co_await g.async_release(asio::use_awaitable);
+        co_return fence;
+      },
+      asio::use_future);
+  std::this_thread::sleep_for(100ms);  // most likely waiting by now; the outcome is the same either way
+  const auto first = held.fence();
+  held.release();
+  CHECK(waiter.get() > first);
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("deferred: launched later, completes the same", "[asio]") {
+  World w;
+  auto later = w.a.async_try_acquire(asio::deferred);
+  CHECK_FALSE(w.row());
+  Guard g = std::move(later)(asio::use_future).get();
+  REQUIRE(g);
+  CHECK(w.row()->instance_id == "a");
+  auto release = g.async_release(asio::deferred);
+  std::move(release)(asio::use_future).get();
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("a cancelled waiting async_acquire leaves no row behind", "[asio]") {
+  World w;
+  Guard held = w.a.try_acquire();
+  REQUIRE(held);
+  asio::cancellation_signal signal;
+  std::promise<std::pair<error_code, Guard>> got;
+  w.b.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, Guard g) {
+                      got.set_value({ec, std::move(g)});
+                    }));
+  std::this_thread::sleep_for(100ms);
+  asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  auto [ec, g] = got.get_future().get();
+  CHECK(ec == asio::error::operation_aborted);
+  CHECK_FALSE(g);
+  held.release();
+  std::this_thread::sleep_for(200ms);  // ten poll intervals: a waiter still polling would hold it now
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("async_wait_lost completes when another backend force-releases the row", "[asio]") {
+  World w;
+  Guard g = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(g);
+  auto lost = asio::co_spawn(
+      w.io, [&]() -> asio::awaitable<void> { co_await g.async_wait_lost(asio::use_awaitable); }, asio::use_future);
+  PostgresBackend admin("");
+  REQUIRE(admin.force_release(LockRef{w.table, "x"}).value());
+  lost.get();  // the next automatic heartbeat found no row
+  CHECK(g.lost());
+  CHECK(g.stop_token().stop_requested());
+}
+
+TEST_CASE("the user's loop stays responsive while a statement waits on a row lock", "[asio]") {
+  World w;
+  Guard g = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(g);
+  // Another session locks the row: the heartbeat's UPDATE waits on it until its timeout.
+  std::promise<void> locked, finish;
+  std::thread blocker([&, table = w.table] {
+    pqxx::connection c("");
+    pqxx::work tx(c);
+    tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'x' FOR UPDATE");
+    locked.set_value();
+    finish.get_future().wait();
+    tx.commit();
+  });
+  locked.get_future().wait();
+
+  // A 10 ms tick on the loop, counted until the hung heartbeat completes.
+  std::atomic<int> ticks{0};
+  std::atomic<bool> beat_done{false};
+  std::promise<void> ticks_over;
+  asio::steady_timer tick(w.io);
+  std::function<void()> arm = [&] {
+    tick.expires_after(10ms);
+    tick.async_wait([&](error_code ec) {
+      if (ec) return;
+      if (beat_done) return ticks_over.set_value();
+      ++ticks;
+      arm();
+    });
+  };
+  std::promise<std::pair<error_code, int>> beat;
+  asio::post(w.io, [&] {
+    arm();
+    g.async_heartbeat([&](error_code ec) {
+      beat_done = true;
+      beat.set_value({ec, ticks.load()});
+    });
+  });
+  auto [ec, ticks_meanwhile] = beat.get_future().get();
+  ticks_over.get_future().wait();
+  finish.set_value();
+  blocker.join();
+  INFO("heartbeat: " << ec.message());
+  INFO("ticks while it waited: " << ticks_meanwhile);
+  CHECK(ec);                    // it gave up on the row lock
+  CHECK(ticks_meanwhile >= 1);  // the loop ran timers while the statement waited: it was not on the loop
+}
+
+// ---- AsioMutex: the same API on one Session (one connection, one LISTEN) ----
+
+namespace {
+
+// Two AsioMutexes on one session, one on another: a waiter sleeps on the
+// session's LISTEN (poll_interval an hour: only a NOTIFY, the holder's
+// stale deadline or a re-check can wake it in time).
+struct SessionWorld {
+  std::string table = fresh_table("asio_session");
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::shared_ptr<pgmutex::Session> one = pgmutex::Session::create("");
+  std::shared_ptr<pgmutex::Session> two = pgmutex::Session::create("");
+  pgmutex::AsioMutex a{one->backend(), slow(table, "a"), {}, {}, AsioExecutor(io.get_executor())};
+  pgmutex::AsioMutex b{one->backend(), slow(table, "b"), {}, {}, AsioExecutor(io.get_executor())};
+  pgmutex::AsioMutex c{two->backend(), slow(table, "c"), {}, {}, AsioExecutor(io.get_executor())};
+  std::thread runner;
+
+  static pgmutex::Options slow(std::string table, std::string instance) {
+    auto o = quick(std::move(table), std::move(instance));
+    o.poll_interval = std::chrono::hours(1);
+    return o;
+  }
+  SessionWorld() {
+    a.create_schema();
+    runner = std::thread([this] { io.run(); });
+  }
+  ~SessionWorld() {
+    io.stop();
+    runner.join();
+  }
+  std::optional<pgmutex::LockRow> row() const {
+    PostgresBackend other("");
+    return other.inspect(LockRef{table, "x"}).value();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("AsioMutex on a Session: a coroutine waiter wakes on the release's NOTIFY", "[asio][session]") {
+  SessionWorld w;
+  const bool same_session = GENERATE(true, false);
+  INFO((same_session ? "holder and waiter on one session" : "on two sessions"));
+  pgmutex::AsioMutex& waiter = same_session ? w.b : w.c;
+  auto held = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(held);
+  auto got = asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<pgmutex::Fence> {
+        auto g = co_await waiter.async_acquire(30s, asio::use_awaitable);
+        const auto fence = g ? g.fence() : 0;
+        if (g) co_await g.async_release(asio::use_awaitable);
+        co_return fence;
+      },
+      asio::use_future);
+  std::this_thread::sleep_for(200ms);  // most likely watching by now; the outcome is the same either way
+  const auto first = held.fence();
+  held.async_release(asio::use_future).get();
+  CHECK(got.get() > first);  // woken long before an hour's poll, or it would time out the test
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("AsioMutex on a Session: a cancelled watching waiter leaves no row; a lost lease is told",
+          "[asio][session]") {
+  SessionWorld w;
+  auto held = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(held);
+  asio::cancellation_signal signal;
+  std::promise<error_code> cancelled;
+  w.c.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, auto) {
+                      cancelled.set_value(ec);
+                    }));
+  std::this_thread::sleep_for(200ms);
+  asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  CHECK(cancelled.get_future().get() == asio::error::operation_aborted);
+
+  auto lost = held.async_wait_lost(asio::use_future);
+  PostgresBackend admin("");
+  REQUIRE(admin.force_release(LockRef{w.table, "x"}).value());
+  lost.get();  // a batched heartbeat of the session found no row
+  CHECK(held.lost());
+  std::this_thread::sleep_for(200ms);  // the cancelled waiter, were it still watching, would take it now
+  CHECK_FALSE(w.row());
+}

@@ -1,0 +1,384 @@
+// AsioExecutor and the async API over the in-memory backend, in real time
+// (the operations run on real threads): every completion token, timeouts,
+// cancellation through a slot, lost leases. Orders are checked, never timings.
+#include "pgmutex/asio/executor.hpp"  // first: the header is self-contained (asio.hpp adds the Postgres session)
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include "pgmutex/memory_backend.hpp"
+
+using namespace pgmutex;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+using AsioMemoryMutex = BasicMutex<MemoryBackend, SteadyClock, NoMetrics, AsioExecutor>;
+using Guard = AsioMemoryMutex::guard_type;
+
+Options opts(std::string instance) {
+  Options o;
+  o.lock_name = "asio-job";
+  o.instance_id = std::move(instance);
+  o.poll_interval = 10ms;
+  return o;
+}
+
+// An io_context run by one thread until the world goes.
+struct World {
+  std::shared_ptr<MemoryServer> server = MemoryServer::create();
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  AsioMemoryMutex a{MemoryBackend(server, "a"), opts("a"), {}, {}, AsioExecutor(io.get_executor())};
+  AsioMemoryMutex b{MemoryBackend(server, "b"), opts("b"), {}, {}, AsioExecutor(io.get_executor())};
+  std::thread runner;
+
+  World() {
+    a.create_schema();
+    runner = std::thread([this] { io.run(); });
+  }
+  // Stopped, not drained: a wake-up of a released grant stays due for a heartbeat interval.
+  ~World() {
+    io.stop();
+    runner.join();
+  }
+  std::optional<LockRow> row() { return MemoryBackend(server, "admin").inspect(LockRef{"mutex_lock", "asio-job"}).value(); }
+};
+
+}  // namespace
+
+TEST_CASE("AsioExecutor: a cancelled task never runs; a due one runs on the user's loop", "[asio]") {
+  asio::io_context io;
+  AsioExecutor executor(io.get_executor());
+  STATIC_REQUIRE(Executor<AsioExecutor>);
+  bool cancelled_ran = false;
+  std::thread::id ran_on;
+  const TaskId doomed = executor.schedule_after(0ns, [&] { cancelled_ran = true; });
+  (void)executor.schedule_after(1ms, [&] { ran_on = std::this_thread::get_id(); });
+  executor.cancel(doomed);
+  executor.cancel(12345);  // unknown: nothing
+  io.run();
+  CHECK_FALSE(cancelled_ran);
+  CHECK(ran_on == std::this_thread::get_id());
+}
+
+TEST_CASE("AsioExecutor: cancel waits for a task running on another thread", "[asio]") {
+  asio::io_context io;
+  AsioExecutor executor(io.get_executor());
+  std::atomic<bool> started{false}, finished{false};
+  const TaskId id = executor.schedule_after(0ns, [&] {
+    started = true;
+    std::this_thread::sleep_for(50ms);
+    finished = true;
+  });
+  std::thread runner([&] { io.run(); });
+  while (!started) std::this_thread::yield();
+  executor.cancel(id);
+  CHECK(finished);
+  runner.join();
+}
+
+TEST_CASE("async_try_acquire and async_release with callbacks", "[asio]") {
+  World w;
+  std::promise<std::pair<error_code, Guard>> got_a, got_b;
+  w.a.async_try_acquire([&](error_code ec, Guard g) { got_a.set_value({ec, std::move(g)}); });
+  auto [ec_a, ga] = got_a.get_future().get();
+  CHECK_FALSE(ec_a);
+  REQUIRE(ga);
+  w.b.async_try_acquire([&](error_code ec, Guard g) { got_b.set_value({ec, std::move(g)}); });
+  auto [ec_b, gb] = got_b.get_future().get();
+  CHECK_FALSE(ec_b);  // taken by another is an answer, not an error
+  CHECK_FALSE(gb);
+  CHECK(gb.why() == Errc::lock_held);
+  REQUIRE(gb.holder());
+  CHECK(gb.holder()->instance_id == "a");
+
+  std::promise<error_code> released;
+  ga.async_release([&](error_code ec) { released.set_value(ec); });
+  CHECK_FALSE(ga.owns_lock());  // the grant left the guard at once
+  CHECK_FALSE(released.get_future().get());
+  CHECK_FALSE(w.row());
+
+  // A second acquire through one object while it holds: an error code.
+  auto g1 = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(g1);
+  std::promise<error_code> again;
+  w.a.async_try_acquire([&](error_code ec, Guard) { again.set_value(ec); });
+  CHECK(std::error_code(again.get_future().get()) == Errc::already_acquired);
+}
+
+TEST_CASE("use_future: the guard alone; async_heartbeat and async_release; use_awaitable throws an error", "[asio]") {
+  World w;
+  Guard g = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(g);
+  g.async_heartbeat(asio::use_future).get();
+  Guard taken = w.b.async_acquire(10ms, asio::use_future).get();
+  CHECK_FALSE(taken);
+  CHECK(taken.why() == Errc::timeout);
+  REQUIRE(taken.holder());
+  CHECK(taken.holder()->instance_id == "a");
+  g.async_release(asio::use_future).get();
+  // An error is thrown: caught inside a coroutine, on the loop's thread (an
+  // exception handed across threads by a future is a false report of
+  // ThreadSanitizer's, libstdc++'s exception_ptr being uninstrumented).
+  Guard empty;
+  auto caught = asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<error_code> {
+        try {
+          co_await empty.async_release(asio::use_awaitable);
+        } catch (const boost::system::system_error& e) {
+          co_return e.code();
+        }
+        co_return error_code();
+      },
+      asio::use_future);
+  CHECK(std::error_code(caught.get()) == Errc::lock_not_held);
+}
+
+TEST_CASE("use_awaitable: a coroutine waits for the lock without a thread, and gets it when released", "[asio]") {
+  World w;
+  Guard held = w.a.try_acquire();
+  REQUIRE(held);
+  auto waiter = asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<Fence> {
+        Guard g = co_await w.b.async_acquire(std::nullopt, asio::use_awaitable);
+        co_await g.async_heartbeat(asio::use_awaitable);
+        const Fence fence = g.fence();
+        co_await g.async_release(asio::use_awaitable);
+        co_return fence;
+      },
+      asio::use_future);
+  // Most likely the waiter found it held and polls by now; either way the release lets it in.
+  std::this_thread::sleep_for(30ms);
+  const Fence first = held.fence();
+  held.release();
+  CHECK(waiter.get() == first + 1);
+}
+
+TEST_CASE("deferred: nothing runs until the operation is launched", "[asio]") {
+  World w;
+  auto later = w.a.async_try_acquire(asio::deferred);
+  CHECK_FALSE(w.row());
+  std::promise<Guard> got;
+  std::move(later)([&](error_code ec, Guard g) {
+    CHECK_FALSE(ec);
+    got.set_value(std::move(g));
+  });
+  Guard g = got.get_future().get();
+  REQUIRE(g);
+  REQUIRE(w.row());
+  CHECK(w.row()->instance_id == "a");
+  auto release = g.async_release(asio::deferred);
+  CHECK(w.row());
+  std::move(release)(asio::use_future).get();
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("a cancelled async_acquire completes with operation_aborted and leaves no row behind", "[asio]") {
+  World w;
+  SECTION("while it waits for a holder") {
+    Guard held = w.a.try_acquire();
+    REQUIRE(held);
+    asio::cancellation_signal signal;
+    std::promise<std::pair<error_code, Guard>> got;
+    w.b.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, Guard g) {
+                        got.set_value({ec, std::move(g)});
+                      }));
+    std::this_thread::sleep_for(30ms);  // (not needed for the outcome: cancelled before or while it waits)
+    asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });  // emitted on the handler's side
+    auto [ec, g] = got.get_future().get();
+    CHECK(ec == asio::error::operation_aborted);
+    CHECK_FALSE(g);
+    CHECK(g.why() == Errc::cancelled);
+    held.release();
+    std::this_thread::sleep_for(30ms);  // a waiter that were still polling would take it by now
+    CHECK_FALSE(w.row());
+  }
+  SECTION("as its try wins the free lock: the grant is released, or the operation had won first") {
+    for (int round = 0; round < 50; ++round) {
+      asio::cancellation_signal signal;
+      std::promise<std::pair<error_code, Guard>> got;
+      asio::post(w.io, [&] {
+        w.b.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, Guard g) {
+                            got.set_value({ec, std::move(g)});
+                          }));
+        signal.emit(asio::cancellation_type::terminal);
+      });
+      auto [ec, g] = got.get_future().get();
+      if (ec) {
+        CHECK(ec == asio::error::operation_aborted);
+        CHECK_FALSE(w.row());
+      } else {
+        CHECK(g);
+        REQUIRE(w.row());
+        CHECK(w.row()->instance_id == "b");
+      }
+    }
+  }
+}
+
+TEST_CASE("async_wait_lost completes when the row is taken away; cancelled, it completes with operation_aborted",
+          "[asio]") {
+  World w;
+  Guard g = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(g);
+  asio::cancellation_signal signal;
+  std::promise<error_code> cancelled;
+  g.async_wait_lost(asio::bind_cancellation_slot(signal.slot(), [&](error_code ec) { cancelled.set_value(ec); }));
+  asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  CHECK(cancelled.get_future().get() == asio::error::operation_aborted);
+
+  auto lost = g.async_wait_lost(asio::use_future);
+  (void)MemoryBackend(w.server, "admin").force_release(LockRef{"mutex_lock", "asio-job"});
+  // The next heartbeat finds no row: the lease is lost.
+  std::promise<error_code> beat;
+  g.async_heartbeat([&](error_code ec) { beat.set_value(ec); });
+  CHECK(std::error_code(beat.get_future().get()) == Errc::lock_not_held);
+  lost.get();  // no exception: lost
+  CHECK(g.lost());
+  // An empty guard has nothing to lose.
+  Guard empty;
+  std::promise<error_code> none;
+  empty.async_wait_lost([&](error_code ec) { none.set_value(ec); });
+  CHECK(std::error_code(none.get_future().get()) == Errc::lock_not_held);
+}
+
+TEST_CASE("the operation survives its mutex: moved or destroyed meanwhile", "[asio]") {
+  World w;
+  auto mutex = std::make_unique<AsioMemoryMutex>(MemoryBackend(w.server, "c"), opts("c"), SteadyClock{}, NoMetrics{},
+                                                 AsioExecutor(w.io.get_executor()));
+  auto pending = mutex->async_try_acquire(asio::use_future);
+  mutex.reset();
+  Guard g = pending.get();
+  REQUIRE(g);
+  CHECK(w.row()->instance_id == "c");
+  g.release();
+}
+
+namespace {
+
+// A memory backend that tells waiters of releases (as a Session's LISTEN
+// would): every release through any of them wakes every watcher.
+struct Watchers {
+  std::mutex mutex;
+  std::map<WatchId, std::function<void()>> pending;
+  WatchId last = 0;
+  int registered = 0;
+  int cancelled = 0;
+  std::optional<std::chrono::nanoseconds> last_stale_in;
+};
+
+class WatchingBackend : public MemoryBackend {
+ public:
+  WatchingBackend(std::shared_ptr<MemoryServer> server, std::string name, std::shared_ptr<Watchers> watchers)
+      : MemoryBackend(std::move(server), std::move(name)), watchers_(std::move(watchers)) {}
+
+  Result<void> release(const HolderKey& key) noexcept {
+    auto released = MemoryBackend::release(key);
+    std::map<WatchId, std::function<void()>> woken;
+    {
+      std::lock_guard lock(watchers_->mutex);
+      woken.swap(watchers_->pending);
+    }
+    for (auto& [id, fn] : woken) fn();
+    return released;
+  }
+  Result<WatchId> watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept {
+    std::lock_guard lock(watchers_->mutex);
+    ++watchers_->registered;
+    watchers_->last_stale_in = watch.holder_stale_in;
+    watchers_->pending.emplace(++watchers_->last, std::move(woken));
+    return watchers_->last;
+  }
+  bool cancel_watch(WatchId id) noexcept {
+    std::lock_guard lock(watchers_->mutex);
+    if (watchers_->pending.erase(id) == 0) return false;
+    ++watchers_->cancelled;
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Watchers> watchers_;
+};
+static_assert(BackendWatchesLocksAsynchronously<WatchingBackend>);
+
+using WatchingMutex = BasicMutex<WatchingBackend, SteadyClock, NoMetrics, AsioExecutor>;
+
+}  // namespace
+
+TEST_CASE("async_acquire on a backend that watches locks waits for the release, not for a poll", "[asio]") {
+  auto server = MemoryServer::create();
+  auto watchers = std::make_shared<Watchers>();
+  asio::io_context io;
+  auto slow = [](std::string instance) {
+    Options o = opts(std::move(instance));
+    o.poll_interval = std::chrono::hours(1);  // only a watch can wake the waiter in time
+    return o;
+  };
+  WatchingMutex holder(WatchingBackend(server, "h", watchers), slow("h"), {}, {}, AsioExecutor(io.get_executor()));
+  WatchingMutex waiter(WatchingBackend(server, "w", watchers), slow("w"), {}, {}, AsioExecutor(io.get_executor()));
+  holder.create_schema();
+  auto held = holder.try_acquire();
+  REQUIRE(held);
+
+  std::promise<void> watching;
+  std::promise<std::pair<error_code, WatchingMutex::guard_type>> got;
+  asio::cancellation_signal signal;
+  SECTION("the release wakes it") {
+    waiter.async_acquire(std::nullopt, [&](error_code ec, WatchingMutex::guard_type g) {
+      got.set_value({ec, std::move(g)});
+    });
+  }
+  SECTION("cancelled while it watches: the watch is cancelled, no row") {
+    waiter.async_acquire(std::nullopt, asio::bind_cancellation_slot(signal.slot(), [&](error_code ec,
+                                                                                      WatchingMutex::guard_type g) {
+                           got.set_value({ec, std::move(g)});
+                         }));
+  }
+  std::thread loop([&] { io.run(); });
+  for (;;) {  // until the waiter has tried once and watches
+    {
+      std::lock_guard lock(watchers->mutex);
+      if (watchers->registered > 0) break;
+    }
+    std::this_thread::yield();
+  }
+  {
+    std::lock_guard lock(watchers->mutex);
+    REQUIRE(watchers->last_stale_in);
+    CHECK(*watchers->last_stale_in <= slow("w").stale_threshold);
+  }
+  auto future = got.get_future();
+  if (signal.slot().has_handler()) {
+    asio::post(io, [&] { signal.emit(asio::cancellation_type::terminal); });
+    auto [ec, g] = future.get();
+    CHECK(ec == asio::error::operation_aborted);
+    CHECK(watchers->cancelled == 1);
+    held.release();
+    CHECK_FALSE(MemoryBackend(server, "admin").inspect(LockRef{"mutex_lock", "asio-job"}).value());
+  } else {
+    held.release();
+    auto [ec, g] = future.get();
+    CHECK_FALSE(ec);
+    CHECK(g);
+    g.release();
+  }
+  io.stop();
+  loop.join();
+}
