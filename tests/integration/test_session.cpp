@@ -595,3 +595,20 @@ TEST_CASE("without LISTEN (unnamed statements, as behind a transaction pooler) a
   CHECK(stats.notifications == 0);
   CHECK(stats.rechecks >= 3);  // the registration, and re-checks every 200 ms
 }
+
+TEST_CASE("a session with options that cannot work is refused, naming the option and its rule", "[session][options]") {
+  pgmutex::SessionOptions zero_tick;
+  zero_tick.heartbeat_tick = 0ms;
+  auto refused = Session::create(pgmutex::nothrow, "", zero_tick);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == Errc::invalid_argument);
+  CHECK_THAT(refused.error().message(), Catch::Contains("SessionOptions::heartbeat_tick must be positive"));
+
+  pgmutex::SessionOptions negative_recheck;
+  negative_recheck.recheck_interval = -1s;
+  CHECK_THROWS_AS(Session::create("", negative_recheck), pgmutex::InvalidArgumentError);
+
+  auto fine = Session::create(pgmutex::nothrow, "", pgmutex::SessionOptions{});
+  REQUIRE(fine);
+  CHECK((*fine)->connect());
+}

@@ -19,25 +19,36 @@ struct Session::Core : postgres_detail::SessionCore {
 
 namespace {
 
-void check_positive(std::chrono::nanoseconds value, const char* name) {
-  if (value <= std::chrono::nanoseconds::zero())
-    throw std::invalid_argument(std::string("pgmutex::SessionOptions::") + name + " must be positive");
+// "SessionOptions::heartbeat_tick must be positive (got -5ms)": the option and the rule.
+Result<void> check_positive(std::chrono::nanoseconds value, const char* name) {
+  if (value > std::chrono::nanoseconds::zero()) return {};
+  return fail(Errc::invalid_argument, std::string("SessionOptions::") + name + " must be positive (got " +
+                                          std::to_string(value.count()) + " ns)");
 }
 
 }  // namespace
 
 // ---- Session ----------------------------------------------------------------
 
+Result<std::shared_ptr<Session>> Session::create(nothrow_t, std::string dsn, SessionOptions options) noexcept {
+  for (auto checked : {check_positive(options.heartbeat_tick, "heartbeat_tick"),
+                       check_positive(options.recheck_interval, "recheck_interval"),
+                       check_positive(options.unnamed_recheck_interval, "unnamed_recheck_interval"),
+                       check_positive(options.postgres.default_timeout, "postgres.default_timeout")})
+    if (!checked) return tl::unexpected(std::move(checked.error()));
+  try {
+    auto core = std::make_shared<Core>(std::move(dsn), std::move(options));
+    core->start(core);
+    std::shared_ptr<Session> session(new Session(std::move(core)));
+    session->self_ = session;
+    return session;
+  } catch (const std::exception& e) {
+    return fail(Errc::backend_error, std::string("cannot start a pgmutex::Session: ") + e.what());
+  }
+}
+
 std::shared_ptr<Session> Session::create(std::string dsn, SessionOptions options) {
-  check_positive(options.heartbeat_tick, "heartbeat_tick");
-  check_positive(options.recheck_interval, "recheck_interval");
-  check_positive(options.unnamed_recheck_interval, "unnamed_recheck_interval");
-  check_positive(options.postgres.default_timeout, "postgres.default_timeout");
-  auto core = std::make_shared<Core>(std::move(dsn), std::move(options));
-  core->start(core);
-  std::shared_ptr<Session> session(new Session(std::move(core)));
-  session->self_ = session;
-  return session;
+  return value_or_throw(create(nothrow, std::move(dsn), std::move(options)));
 }
 
 Session::Session(std::shared_ptr<Core> core) : core_(std::move(core)) {}

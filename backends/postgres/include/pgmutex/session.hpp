@@ -62,8 +62,10 @@ struct SessionAccess;  // the implementation's (and its tests') way in
 class Session {
  public:
   // Starts the I/O thread; connects on first use (or connect()). The DSN is
-  // handed to libpq as PostgresBackend's is. Throws std::invalid_argument
-  // for options that cannot work (a tick or interval that is not positive).
+  // handed to libpq as PostgresBackend's is. Errc::invalid_argument, naming
+  // the option and its rule, for options that cannot work (a tick or an
+  // interval that is not positive); the throwing form raises InvalidArgumentError.
+  static Result<std::shared_ptr<Session>> create(nothrow_t, std::string dsn, SessionOptions options = {}) noexcept;
   static std::shared_ptr<Session> create(std::string dsn, SessionOptions options = {});
 
   Session(const Session&) = delete;
