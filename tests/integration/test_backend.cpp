@@ -215,6 +215,9 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   REQUIRE(constraints.size() == 2);
   CHECK(constraints[0][0].as<std::string>() == "chk_locked");  // the seed's name
   CHECK(constraints[1][0].as<std::string>() == "uq_" + table);
+  // Room on each page for a heartbeat's new row version: a HOT update, no index entry.
+  CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
+        "{fillfactor=50}");
 
   SECTION("names keep their case and may be schema-qualified, because they are always quoted") {
     admin("CREATE SCHEMA IF NOT EXISTS \"Locks\"");
@@ -259,6 +262,13 @@ TEST_CASE("create_schema upgrades a table made with the seed's exact DDL", "[bac
 
   REQUIRE(b.create_schema(table));
   REQUIRE(b.create_schema(table));
+  CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
+        "{fillfactor=50}");
+  // A fillfactor someone chose is kept.
+  admin("ALTER TABLE " + table + " SET (fillfactor = 80)");
+  REQUIRE(b.create_schema(table));
+  CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
+        "{fillfactor=80}");
   auto old = b.inspect(LockRef{table, "old-job"});
   REQUIRE(old);
   REQUIRE(old->has_value());

@@ -251,6 +251,15 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   return s;
 }
 
+// Half of each page is left free so that a heartbeat's new row version fits
+// on its page: the update is then HOT (only last_heartbeat changes, and the
+// one index is on locked, lock_name), so no index entry is written and the
+// page's old versions are pruned in place. Measured on 1,000 rows beaten 14
+// times: 99.98% HOT at 50 (70: 91%, 90: 58%, the default 100: 5%), and per
+// batch a quarter of the WAL and a third of the server's time (EXPLAIN ANALYZE:
+// 80 kB, 2.4 ms against 320 kB, 8.0 ms; BENCHMARKS.md, Sessions).
+constexpr std::string_view fillfactor = "50";
+
 std::string create_schema_sql(std::string_view table) {
   const std::string t = quote_table(table);
   const std::string bare = bare_table(table);
@@ -285,7 +294,7 @@ std::string create_schema_sql(std::string_view table) {
          "  holder_command TEXT,\n"
          "  CONSTRAINT " + uq + " UNIQUE (locked, lock_name),\n"
          "  CONSTRAINT " + chk + " CHECK (locked = 1)\n"
-         ");\n"
+         ") WITH (fillfactor = " + std::string(fillfactor) + ");\n"
          // A table made by the seed's DDL (or an older pgmutex): existing rows
          // get fresh fences, and no token, threshold or holder details (NULL).
          "DO $pgmutex$ BEGIN\n" +
@@ -293,6 +302,15 @@ std::string create_schema_sql(std::string_view table) {
          add_if_missing("grant_token", "BIGINT") + add_if_missing("holder_stale_s", "DOUBLE PRECISION") +
          add_if_missing("holder_host", "TEXT") + add_if_missing("holder_pid", "BIGINT") +
          add_if_missing("holder_command", "TEXT") +
+         // Set only where no fillfactor was chosen, and only by the owner: it
+         // is a speed-up, and a non-owner's create_schema of an up-to-date
+         // table must keep succeeding. SET takes a SHARE UPDATE EXCLUSIVE
+         // lock, which no heartbeat waits for; pages written before keep
+         // their old fill until their rows move.
+         "  IF NOT EXISTS (SELECT 1 FROM pg_class c, pg_options_to_table(c.reloptions) o WHERE c.oid = '" + t +
+         "'::regclass AND o.option_name = 'fillfactor')\n"
+         "     AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = '" + t + "'::regclass), 'USAGE') THEN\n"
+         "    ALTER TABLE " + t + " SET (fillfactor = " + std::string(fillfactor) + ");\n  END IF;\n"
          "END $pgmutex$;\n";
 }
 
