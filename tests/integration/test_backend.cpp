@@ -472,6 +472,8 @@ TEST_CASE("heartbeat_many beats every held key in one statement", "[backend][bat
   keys.push_back(HolderKey{LockRef{t2, "job"}, "B", other->fence});        // held, other table
   keys.push_back(HolderKey{LockRef{t2, "job"}, "A", other->fence});        // not A's
   keys.push_back(HolderKey{LockRef{t1, names[0]}, "A", keys[0].fence + 99999});  // wrong fence
+  keys.push_back(keys[1]);                                                 // a repeat: held too
+  keys.push_back(keys[names.size() + 1]);                                  // a repeat: not held either
   admin("UPDATE " + t1 + " SET last_heartbeat = now() - interval '10 seconds'");
 
   auto held = a.heartbeat_many(keys);
@@ -481,6 +483,8 @@ TEST_CASE("heartbeat_many beats every held key in one statement", "[backend][bat
   CHECK((*held)[names.size()]);
   CHECK_FALSE((*held)[names.size() + 1]);
   CHECK_FALSE((*held)[names.size() + 2]);
+  CHECK((*held)[names.size() + 3]);
+  CHECK_FALSE((*held)[names.size() + 4]);
   CHECK(admin("SELECT max(now() - last_heartbeat) < interval '5 seconds' FROM " + t1)[0][0].as<bool>());
   auto none = a.heartbeat_many({});
   REQUIRE(none);
