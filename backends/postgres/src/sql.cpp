@@ -254,10 +254,11 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
 // Half of each page is left free so that a heartbeat's new row version fits
 // on its page: the update is then HOT (only last_heartbeat changes, and the
 // one index is on locked, lock_name), so no index entry is written and the
-// page's old versions are pruned in place. Measured on 1,000 rows beaten 14
-// times: 99.98% HOT at 50 (70: 91%, 90: 58%, the default 100: 5%), and per
-// batch a quarter of the WAL and a third of the server's time (EXPLAIN ANALYZE:
-// 80 kB, 2.4 ms against 320 kB, 8.0 ms; BENCHMARKS.md, Sessions).
+// page's old versions are pruned in place. A batch needs room for the new
+// versions of all of a page's rows at once (one transaction). Measured on
+// 1,000 rows beaten 23 times (benchmarks/postgres/explain_heartbeat_many.sh):
+// 99.99% HOT at 50 (70: 95%, 90: 72%, the default 100: 12%); per batch 80 kB
+// of WAL against 267 kB, and 2.5 against 3.9 ms of execution (fastest of 15).
 constexpr std::string_view fillfactor = "50";
 
 std::string create_schema_sql(std::string_view table) {
