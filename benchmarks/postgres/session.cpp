@@ -4,6 +4,11 @@
 //  (a) 1,000 locks on one session: statements per heartbeat round (one
 //      heartbeat_async per lock, one tick), the round's time, the batch
 //      statement's time, and 1,000 PostgresBackend::heartbeat calls in a loop;
+//      over the unix socket, TCP to 127.0.0.1, and tests/tools/fault_proxy.py
+//      (pass, then delay 1 ms; PGMUTEX_FAULT_PROXY names the script, default
+//      relative to the source root: run from there); the server's WAL bytes
+//      and transactions per round of each; and the unix socket again with the
+//      table at fillfactor 100, as create_schema made it before;
 //  (b) 100 idle waiters on one session: the database's committed
 //      transactions per second (pg_stat_database.xact_commit) and connections;
 //  (c) 10,000 SessionMutexes held on one session: one heartbeat round's time,
@@ -27,6 +32,8 @@
 
 #include "pgmutex/mutex.hpp"
 #include "pgmutex/session.hpp"
+
+#include "bench_link.hpp"
 
 using namespace std::chrono_literals;
 using pgmutex::AcquireRequest;
@@ -97,46 +104,95 @@ Clock::duration beat_round(SessionBackend& backend, const std::vector<HolderKey>
   return took;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One link's figures for (a): the 1,000 keys beaten `rounds` times as one
+// heartbeat_async round, as one heartbeat_many, and as 1,000 single heartbeats.
+// `admin` set: the server's WAL bytes and transactions per round of each, too.
+void bench_a_link(const std::string& label, const std::string& dsn, const std::vector<HolderKey>& keys, int rounds,
+                  pqxx::connection* admin) {
+  auto session = Session::create(dsn);
+  SessionBackend backend = session->backend();
+  PostgresBackend single(dsn);
+  need(single.connect(), "connect");
+  const double rtt = bench::round_trip_ms(dsn);
+  std::vector<double> round_ms, batch_ms, single_ms;
+  bench::ServerMark cost[3] = {};  // round, batch, singles: summed over the rounds
+  const auto count = [&](int which, auto&& work) {
+    const auto before = admin ? bench::server_mark(*admin) : bench::ServerMark{};
+    work();
+    if (!admin) return;
+    const auto after = bench::server_mark(*admin);
+    cost[which].wal += after.wal - before.wal;
+    cost[which].xid += after.xid - before.xid;
+  };
+  for (int r = 0; r < rounds; ++r) {
+    // Heartbeat statements only: stats().statements notes a blocking
+    // heartbeat_many (run on the caller's thread) at the I/O thread's next pass.
+    const auto before = session->stats();
+    count(0, [&] { round_ms.push_back(ms(beat_round(backend, keys))); });
+    const auto after = session->stats();
+    if (after.heartbeat_statements - before.heartbeat_statements != 1)
+      std::printf("a: %s: round %d took %llu heartbeat statements\n", label.c_str(), r,
+                  static_cast<unsigned long long>(after.heartbeat_statements - before.heartbeat_statements));
+    count(1, [&] {
+      const auto started = Clock::now();
+      need(backend.heartbeat_many(keys), "heartbeat_many");
+      batch_ms.push_back(ms(Clock::now() - started));
+    });
+    count(2, [&] {
+      const auto started = Clock::now();
+      for (const HolderKey& key : keys) need(single.heartbeat(key), "heartbeat");
+      single_ms.push_back(ms(Clock::now() - started));
+    });
+  }
+  const auto s = session->stats();
+  std::printf("a: %s: %llu heartbeat statements for %llu heartbeats\n", label.c_str(),
+              static_cast<unsigned long long>(s.heartbeat_statements), static_cast<unsigned long long>(s.heartbeats));
+  const double tick = ms(session->options().heartbeat_tick);
+  std::printf("a: %s: SELECT 1 round trip median %.3f ms; %d rounds\n", label.c_str(), rtt, rounds);
+  std::printf("a: %s: heartbeat_async round (tick %.0f ms included): median %.2f ms\n", label.c_str(), tick,
+              median(round_ms));
+  std::printf("a: %s: one heartbeat_many of 1000 keys: median %.2f ms\n", label.c_str(), median(batch_ms));
+  std::printf("a: %s: 1000 PostgresBackend::heartbeat in a loop: median %.2f ms\n", label.c_str(), median(single_ms));
+  std::printf("a: %s: ratio loop / batch statement: %.1fx; loop / (round minus tick): %.1fx\n", label.c_str(),
+              median(single_ms) / median(batch_ms), median(single_ms) / std::max(0.001, median(round_ms) - tick));
+  if (admin)
+    std::printf("a: %s: per round, server: heartbeat_async round %.0f transactions, %.0f WAL bytes; heartbeat_many "
+                "%.0f transactions, %.0f WAL bytes; 1000 singles %.0f transactions, %.0f WAL bytes\n",
+                label.c_str(), static_cast<double>(cost[0].xid) / rounds, static_cast<double>(cost[0].wal) / rounds,
+                static_cast<double>(cost[1].xid) / rounds, static_cast<double>(cost[1].wal) / rounds,
+                static_cast<double>(cost[2].xid) / rounds, static_cast<double>(cost[2].wal) / rounds);
+}
+
 void bench_a() {
   const std::string table = "bench_session_a";
-  auto session = Session::create("");
-  SessionBackend backend = session->backend();
-  need(backend.create_schema(table), "schema");
   std::vector<std::string> names;
-  const auto keys = hold(backend, table, names, 1000);
-  constexpr int rounds = 20;
-  std::vector<double> round_ms, batch_ms, single_ms;
-  PostgresBackend single("");
-  need(single.connect(), "connect");
-  for (int r = 0; r < rounds; ++r) {
-    const auto before = session->stats();
-    round_ms.push_back(ms(beat_round(backend, keys)));
-    const auto after = session->stats();
-    if (after.heartbeat_statements - before.heartbeat_statements != 1 || after.statements - before.statements != 1)
-      std::printf("a: round %d took %llu heartbeat statements, %llu statements\n", r,
-                  static_cast<unsigned long long>(after.heartbeat_statements - before.heartbeat_statements),
-                  static_cast<unsigned long long>(after.statements - before.statements));
-    auto started = Clock::now();
-    need(backend.heartbeat_many(keys), "heartbeat_many");
-    batch_ms.push_back(ms(Clock::now() - started));
-    started = Clock::now();
-    for (const HolderKey& key : keys) need(single.heartbeat(key), "heartbeat");
-    single_ms.push_back(ms(Clock::now() - started));
+  std::vector<HolderKey> keys;
+  auto owner = Session::create("");
+  SessionBackend backend = owner->backend();
+  need(backend.create_schema(table), "schema");
+  keys = hold(backend, table, names, 1000);
+  pqxx::connection admin("");
+  const std::string tcp = "host=" + bench::env_or("PGMUTEX_TEST_TCP_HOST", "127.0.0.1");
+  bench_a_link("unix socket", "", keys, 20, &admin);
+  bench_a_link("tcp 127.0.0.1", tcp, keys, 20, nullptr);
+  {
+    bench::Proxy proxy;
+    bench_a_link("fault_proxy pass", proxy.dsn(), keys, 10, nullptr);
+    proxy.set("delay 1");
+    bench_a_link("fault_proxy delay 1", proxy.dsn(), keys, 5, nullptr);
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const auto s = session->stats();
-  std::printf("a: 1000 locks, %d rounds: %llu heartbeat statements for %llu heartbeats\n", rounds,
-              static_cast<unsigned long long>(s.heartbeat_statements), static_cast<unsigned long long>(s.heartbeats));
-  std::printf("a: heartbeat_async round (tick %.0f ms included): median %.2f ms\n",
-              ms(session->options().heartbeat_tick), median(round_ms));
-  std::printf("a: one heartbeat_many of 1000 keys on the session: median %.2f ms\n", median(batch_ms));
-  std::printf("a: 1000 PostgresBackend::heartbeat in a loop: median %.2f ms\n", median(single_ms));
-  std::printf("a: ratio loop / batch statement: %.1fx; loop / round minus tick: %.1fx\n",
-              median(single_ms) / median(batch_ms),
-              median(single_ms) / std::max(0.001, median(round_ms) - ms(session->options().heartbeat_tick)));
+  // The table as it was before create_schema set fillfactor 50: rewritten full.
+  {
+    pqxx::nontransaction tx(admin);
+    tx.exec("ALTER TABLE " + table + " RESET (fillfactor)");
+    tx.exec("VACUUM FULL " + table);
+  }
+  bench_a_link("unix socket, fillfactor 100 (as before)", "", keys, 20, &admin);
 }
 
 void bench_b() {

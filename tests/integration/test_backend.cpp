@@ -215,6 +215,9 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   REQUIRE(constraints.size() == 2);
   CHECK(constraints[0][0].as<std::string>() == "chk_locked");  // the seed's name
   CHECK(constraints[1][0].as<std::string>() == "uq_" + table);
+  // Room on each page for a heartbeat's new row version: a HOT update, no index entry.
+  CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
+        "{fillfactor=50}");
 
   SECTION("names keep their case and may be schema-qualified, because they are always quoted") {
     admin("CREATE SCHEMA IF NOT EXISTS \"Locks\"");
@@ -259,6 +262,13 @@ TEST_CASE("create_schema upgrades a table made with the seed's exact DDL", "[bac
 
   REQUIRE(b.create_schema(table));
   REQUIRE(b.create_schema(table));
+  CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
+        "{fillfactor=50}");
+  // A fillfactor someone chose is kept.
+  admin("ALTER TABLE " + table + " SET (fillfactor = 80)");
+  REQUIRE(b.create_schema(table));
+  CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
+        "{fillfactor=80}");
   auto old = b.inspect(LockRef{table, "old-job"});
   REQUIRE(old);
   REQUIRE(old->has_value());
@@ -462,6 +472,8 @@ TEST_CASE("heartbeat_many beats every held key in one statement", "[backend][bat
   keys.push_back(HolderKey{LockRef{t2, "job"}, "B", other->fence});        // held, other table
   keys.push_back(HolderKey{LockRef{t2, "job"}, "A", other->fence});        // not A's
   keys.push_back(HolderKey{LockRef{t1, names[0]}, "A", keys[0].fence + 99999});  // wrong fence
+  keys.push_back(keys[1]);                                                 // a repeat: held too
+  keys.push_back(keys[names.size() + 1]);                                  // a repeat: not held either
   admin("UPDATE " + t1 + " SET last_heartbeat = now() - interval '10 seconds'");
 
   auto held = a.heartbeat_many(keys);
@@ -471,6 +483,8 @@ TEST_CASE("heartbeat_many beats every held key in one statement", "[backend][bat
   CHECK((*held)[names.size()]);
   CHECK_FALSE((*held)[names.size() + 1]);
   CHECK_FALSE((*held)[names.size() + 2]);
+  CHECK((*held)[names.size() + 3]);
+  CHECK_FALSE((*held)[names.size() + 4]);
   CHECK(admin("SELECT max(now() - last_heartbeat) < interval '5 seconds' FROM " + t1)[0][0].as<bool>());
   auto none = a.heartbeat_many({});
   REQUIRE(none);

@@ -460,6 +460,15 @@ TEST_CASE("create_schema without CREATE on the schema names the missing privileg
   admin("GRANT CREATE ON SCHEMA public TO " + role);
   CHECK(b.create_schema(table));
   CHECK(b.try_acquire(request(table, "job", "me")));
+
+  // An owner's up-to-date table without the fillfactor (made before it): a
+  // non-owner's create_schema still succeeds, and leaves the table as it is.
+  const std::string older = fresh_table("nocreate_old");
+  REQUIRE(PostgresBackend("").create_schema(older));
+  admin("ALTER TABLE " + older + " RESET (fillfactor)");
+  CHECK(b.create_schema(older));
+  CHECK(admin("SELECT coalesce(array_length(reloptions, 1), 0) FROM pg_class WHERE oid = '" + older + "'::regclass")[0][0]
+            .as<int>() == 0);
 }
 
 TEST_CASE("a role that lacks a privilege on the table or its sequence is told which and the GRANT", "[privilege]") {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 
 #include <unistd.h>
 
@@ -69,6 +70,23 @@ std::string token_param(GrantToken token) { return std::to_string(std::bit_cast<
 GrantToken token_of(const std::string& text) {
   return std::bit_cast<GrantToken>(static_cast<std::int64_t>(std::strtoll(text.c_str(), nullptr, 10)));
 }
+// A heartbeat key by view, to fold a batch's repeated keys.
+struct KeyView {
+  std::string_view name, instance;
+  Fence fence;
+  GrantToken token;
+  bool operator==(const KeyView&) const = default;
+};
+struct KeyViewHash {
+  std::size_t operator()(const KeyView& k) const noexcept {
+    std::size_t h = std::hash<std::string_view>{}(k.name);
+    for (std::size_t part : {std::hash<std::string_view>{}(k.instance), std::hash<Fence>{}(k.fence),
+                             std::hash<GrantToken>{}(k.token)})
+      h = h * 1099511628211ULL ^ part;
+    return h;
+  }
+};
+
 Fence fence_of(const std::string& text) { return static_cast<Fence>(std::strtoll(text.c_str(), nullptr, 10)); }
 double double_of(const std::string& text) { return std::strtod(text.c_str(), nullptr); }
 
@@ -604,14 +622,21 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
     }
     for (std::string_view table : tables) {
       if (auto valid = validate_table_name(table); !valid) return tl::unexpected(std::move(valid.error()));
+      // Each distinct key is sent once (the statement answers a key by its
+      // position, and a row joined to two equal keys is returned once); a
+      // repeated key gets its first copy's answer.
       std::vector<std::string_view> names, instances;
-      std::vector<std::size_t> index;
+      std::vector<std::pair<std::size_t, std::size_t>> sent_as;  // (index in keys, position in the arrays)
+      std::unordered_map<KeyView, std::size_t, KeyViewHash> position;
       std::string fences = "{", tokens = "{";
       for (std::size_t i = 0; i < keys.size(); ++i) {
         if (keys[i].lock.table != table) continue;
+        const auto [at, fresh] = position.try_emplace(
+            KeyView{keys[i].lock.lock_name, keys[i].instance_id, keys[i].fence, keys[i].token}, names.size());
+        sent_as.emplace_back(i, at->second);
+        if (!fresh) continue;
         names.push_back(keys[i].lock.lock_name);
         instances.push_back(keys[i].instance_id);
-        index.push_back(i);
         if (fences.size() > 1) {
           fences.push_back(',');
           tokens.push_back(',');
@@ -621,11 +646,10 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
       }
       fences.push_back('}');
       tokens.push_back('}');
-      using Beaten = std::set<std::tuple<std::string, std::string, Fence, GrantToken>>;
-      auto beaten = impl_->run<Beaten>(
-          "heartbeat " + std::to_string(index.size()) + " locks in '" + std::string(table) + "'",
+      auto beaten = impl_->run<std::vector<bool>>(
+          "heartbeat " + std::to_string(sent_as.size()) + " locks in '" + std::string(table) + "'",
           Effect::idempotent_write, Bound::from(impl_->bound_of(timeout)),
-          [&](Session& session, const Bound& bound) -> Outcome<Beaten> {
+          [&](Session& session, const Bound& bound) -> Outcome<std::vector<bool>> {
             const bool sync = durable || (impl_->mark && impl_->durable_due(session));
             const TableStatements& st = impl_->statements(table, session.unnamed() || sync);
             auto rows = session.run(skip_locked ? st.heartbeat_many_skip_locked : st.heartbeat_many,
@@ -633,17 +657,16 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
                                     bound);
             if (!rows) return tl::unexpected(std::move(rows.error()));
             if (sync && impl_->mark) impl_->durable_done(session);
-            Beaten out;
-            for (std::size_t r = 0; r < rows->size(); ++r)
-              out.emplace(rows->text(r, 0), rows->text(r, 1), fence_of(rows->text(r, 2)), token_of(rows->text(r, 3)));
+            std::vector<bool> out(names.size(), false);
+            for (std::size_t r = 0; r < rows->size(); ++r) {
+              const auto at = std::strtoull(rows->text(r, 0).c_str(), nullptr, 10);  // 1-based
+              if (at >= 1 && at <= out.size()) out[at - 1] = true;
+            }
             return out;
           },
           table);
       if (!beaten) return tl::unexpected(std::move(beaten.error()));
-      for (std::size_t k = 0; k < index.size(); ++k) {
-        const HolderKey& key = keys[index[k]];
-        held[index[k]] = beaten->contains({std::string(names[k]), std::string(instances[k]), key.fence, key.token});
-      }
+      for (const auto& [i, at] : sent_as) held[i] = (*beaten)[at];
     }
     return held;
   } catch (...) {
