@@ -261,8 +261,9 @@ void asio_handoff_session(benchmark::State& state) {
 }
 BENCHMARK(asio_handoff_session)->UseRealTime()->Iterations(300);
 
-// ---- AsioMutex on a Session: the uncontended cycle (each statement goes
-// from the I/O pool to the session's thread and back).
+// ---- AsioMutex on a Session: the uncontended cycle (each operation runs on
+// the session's I/O thread, BackendRunsJobs: the loop hands it over, the
+// handler comes back; before, a pool thread also handed each statement over).
 
 void asio_session_cycle(benchmark::State& state) {
   setup_table("bench_asio_cycle_session");

@@ -110,8 +110,10 @@ void libpq_same_statements_cycle(benchmark::State& state) {
   pq.prepare("acquire", sql.acquire.sql);
   pq.prepare("release", sql.release.sql);
   for (auto _ : state) {
-    // The parameters Mutex sends: lock, instance, stale seconds, token, lock_timeout (ms).
-    const std::string fence = pq.run("acquire", {"job", "libpq", "600", "12345", "5000", "bench-host", "4242", "postgres_cycle"});
+    // The nine parameters the backend sends: lock, instance, stale seconds, token,
+    // lock_timeout (ms), host, pid, program, failover grace ("-1": the default).
+    const std::string fence =
+        pq.run("acquire", {"job", "libpq", "600", "12345", "5000", "bench-host", "4242", "postgres_cycle", "-1"});
     if (fence.empty()) state.SkipWithError("not acquired");
     pq.run("release", {"job", "libpq", fence, "12345", lock_hash, "5000"});
   }

@@ -247,4 +247,19 @@ concept BackendWatchesLocksAsynchronously =
       { b.cancel_watch(id) } noexcept -> std::same_as<bool>;
     };
 
+// Runs `job` on the backend's own I/O thread, where the backend's blocking
+// operations run at once, without handing each statement to that thread and
+// waiting for it; false if it cannot (stopped). A job may also be destroyed
+// unrun (refused, or the backend stopped before its turn): it must then hand
+// its work elsewhere from its destructor, as the async forms' jobs do (to the
+// I/O pool). The async forms use it to save two thread hand-offs per operation. A
+// job runs ahead of the backend's other work (heartbeats, watches), so it
+// must not wait for anything but the backend's own statements: never
+// wait_until_free, never a lock that a thread waiting for the backend may
+// hold, never a user callback that may block.
+template <class B>
+concept BackendRunsJobs = requires(B& b, std::function<void()> job) {
+  { b.run_job(std::move(job)) } noexcept -> std::same_as<bool>;
+};
+
 }  // namespace pgmutex

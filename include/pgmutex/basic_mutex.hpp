@@ -317,6 +317,9 @@ class BasicMutex {
       return w;
     }
 
+    // Some thread is inside a statement of this mutex (see IoGate::busy).
+    bool io_busy() const noexcept { return io_gate_.busy(); }
+
     // ---- what the guard calls --------------------------------------------
 
     bool grant_lost(std::uint64_t which) const noexcept { return book.lost(which); }

@@ -189,6 +189,15 @@ Result<WatchId> SessionBackend::watch_async(const WatchRequest& watch, std::func
 
 bool SessionBackend::cancel_watch(WatchId id) noexcept { return impl_ && impl_->core().cancel_watch(id); }
 
+bool SessionBackend::run_job(std::function<void()> job) noexcept {
+  if (!impl_) return false;
+  try {
+    return impl_->core().run_job(std::move(job));
+  } catch (...) {
+    return false;  // no memory to queue it: destroyed unrun, as when stopped
+  }
+}
+
 std::uint64_t SessionBackend::session() const noexcept { return impl_ ? impl_->backend.session() : 0; }
 std::uint64_t SessionBackend::history() const noexcept { return impl_ ? impl_->backend.history() : 0; }
 bool SessionBackend::heartbeat_commits_asynchronously() const noexcept {
@@ -216,5 +225,6 @@ static_assert(BackendBatchesHeartbeats<SessionBackend>);
 static_assert(BackendReportsSession<SessionBackend>);
 static_assert(BackendReportsHistory<SessionBackend>);
 static_assert(BackendReportsCommitMode<SessionBackend>);
+static_assert(BackendRunsJobs<SessionBackend>);
 
 }  // namespace pgmutex

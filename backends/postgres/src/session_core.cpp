@@ -46,13 +46,21 @@ void SessionCore::start(std::shared_ptr<SessionCore> self) {
 }
 
 void SessionCore::stop() noexcept {
+  std::deque<Queued> unrun;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
-    // Whoever waits in the queue is told: their jobs never run.
-    for (Job* job : jobs_) job->cv.notify_all();
+    // Whoever waits in the queue is told: their jobs never run. Owned jobs
+    // are taken out and destroyed outside the lock: they may own mutexes of
+    // this session (and an async operation's may hand its work elsewhere).
+    for (auto& q : jobs_) {
+      if (q.waited != nullptr) q.waited->cv.notify_all();
+      else unrun.push_back(std::move(q));
+    }
+    std::erase_if(jobs_, [](const Queued& q) { return q.waited == nullptr; });
   }
+  unrun.clear();
   wake();
   if (thread_.joinable()) {
     if (on_io_thread()) thread_.detach();  // the thread ends after the callback that stopped it
@@ -84,7 +92,7 @@ bool SessionCore::call(const std::function<void(OwnSession&)>& body, Deadline qu
   Job job{&body, false, false, {}};
   std::unique_lock lock(mutex_);
   if (stopping_) return false;
-  jobs_.push_back(&job);
+  jobs_.push_back({&job, {}});
   lock.unlock();
   wake();
   lock.lock();
@@ -94,7 +102,7 @@ bool SessionCore::call(const std::function<void(OwnSession&)>& body, Deadline qu
       if (stopping_ || job.cv.wait_until(lock, queued_until) == std::cv_status::timeout || stopping_) {
         if (job.done) return true;
         if (!job.running) {
-          std::erase(jobs_, &job);
+          std::erase_if(jobs_, [&](const Queued& q) { return q.waited == &job; });
           return false;
         }
       }
@@ -103,6 +111,16 @@ bool SessionCore::call(const std::function<void(OwnSession&)>& body, Deadline qu
     // Running: the body ends by its own deadline.
     job.cv.wait(lock, [&] { return job.done; });
   }
+}
+
+bool SessionCore::run_job(std::function<void()> job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;
+    jobs_.push_back({nullptr, std::move(job)});
+  }
+  wake();
+  return true;
 }
 
 void SessionCore::note_counts() noexcept {
@@ -143,21 +161,32 @@ Deadline SessionCore::next_timer(Deadline now) {
 void SessionCore::run() noexcept {
   for (;;) {
     Job* job = nullptr;
+    std::function<void()> owned;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) break;
       if (!jobs_.empty()) {
-        job = jobs_.front();
+        job = jobs_.front().waited;
+        owned = std::move(jobs_.front().owned);
         jobs_.pop_front();
-        job->running = true;
+        if (job != nullptr) job->running = true;
       }
     }
+    const bool ran = job != nullptr || owned;
     if (job != nullptr) {
       (*job->body)(own_);
       note_counts();  // before the caller returns, so its stats() include its statements
       std::lock_guard lock(mutex_);
       job->done = true;
       job->cv.notify_all();
+    } else if (owned) {
+      try {
+        owned();
+      } catch (...) {
+        // A job's failure is its own to report (run_job's jobs do not throw).
+      }
+      owned = nullptr;  // what it owns goes now, not at the next job
+      note_counts();
     }
     after_io();
 
@@ -178,7 +207,7 @@ void SessionCore::run() noexcept {
       check_watches(recheck_due);
       after_io();
     }
-    if (job != nullptr || beats_due || checks_due || recheck_due) continue;
+    if (ran || beats_due || checks_due || recheck_due) continue;
 
     // Idle: the connection's socket (NOTIFYs, or its loss), new work, the next timer.
     const Deadline next = next_timer(std::chrono::steady_clock::now());

@@ -56,6 +56,9 @@ class SessionCore : public SharedConnection {
   // Runs `body` on the I/O thread (see SharedConnection); on the I/O thread
   // itself, at once.
   bool call(const std::function<void(OwnSession&)>& body, Deadline queued_until) override;
+  // Queues `job` to run on the I/O thread, owned by the queue and waited for
+  // by nobody (SessionBackend::run_job); false once stopping (not queued).
+  bool run_job(std::function<void()> job);
 
   // A heartbeat to send at the end of the current tick (see heartbeat_tick).
   struct Beat {
@@ -90,6 +93,12 @@ class SessionCore : public SharedConnection {
     bool running = false;
     bool done = false;
     std::condition_variable cv;
+  };
+  // A queue entry: a caller's Job, which it waits for, or a job the queue
+  // owns (run_job), which nobody waits for.
+  struct Queued {
+    Job* waited = nullptr;
+    std::function<void()> owned;
   };
   struct Watch {
     std::string table, lock_name, channel;  // channel empty: no LISTEN (unnamed statements)
@@ -128,7 +137,7 @@ class SessionCore : public SharedConnection {
 
   mutable std::mutex mutex_;  // guards what follows; never held across I/O or a callback
   bool stopping_ = false;
-  std::deque<Job*> jobs_;
+  std::deque<Queued> jobs_;
   std::vector<Beat> beats_;
   std::optional<Deadline> tick_end_;
   std::map<WatchId, Watch> watches_;

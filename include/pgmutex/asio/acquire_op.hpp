@@ -1,7 +1,7 @@
 // async_acquire: tries until acquired, the timeout passes, or the handler's
 // cancellation slot fires, without holding a thread while it waits:
 //
-//   try (on the I/O pool) -> taken: a backend that watches locks
+//   try (on the I/O pool, or the backend's thread: statements.hpp) -> taken: a backend that watches locks
 //   asynchronously wakes us when the lock may be free (watch_async); any
 //   other is tried again after poll_interval (a steady_timer on the user's
 //   loop) -> try ...
@@ -29,6 +29,7 @@
 #include "pgmutex/asio/access.hpp"
 #include "pgmutex/asio/completion.hpp"
 #include "pgmutex/asio/error.hpp"
+#include "pgmutex/asio/statements.hpp"
 #include "pgmutex/backend.hpp"
 
 namespace pgmutex::asio_detail {
@@ -64,8 +65,20 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
  private:
   enum class Stop { cancelled, timed_out };
 
+  // Called from anywhere, with or without m_ (a watch may wake us inside
+  // watch_async), even after finish(): state_m_, a leaf lock, keeps the
+  // state alive while the try is handed over.
   void try_soon() {
-    run_off_loop([self = this->shared_from_this()] { self->attempt(); });
+    auto self = this->shared_from_this();
+    std::lock_guard lock(state_m_);
+    auto* state = Access::state_of(mutex_);  // null once finished: the pool's try finds done_
+    run_statements(state != nullptr ? &state->backend : nullptr,
+                   [self] {
+                     std::lock_guard lock(self->state_m_);
+                     auto* s = Access::state_of(self->mutex_);
+                     return s != nullptr && s->io_busy();
+                   },
+                   [self] { self->attempt(); });
   }
 
   void attempt() {
@@ -159,13 +172,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     if constexpr (BackendWatchesLocksAsynchronously<Backend>) {
       if (watch_) (void)Access::state_of(mutex_)->backend.cancel_watch(*watch_);  // if it ran, its try finds done_
     }
+    std::unique_lock state_lock(state_m_);
     Mutex share = std::move(mutex_);
+    state_lock.unlock();
     lock.unlock();
     { Mutex gone = std::move(share); }  // outside m_: the last owner's close() may wait for a wake-up
     completion_.complete(ec, std::move(guard));
   }
 
-  Mutex mutex_;  // shares the user's mutex's state
+  Mutex mutex_;  // shares the user's mutex's state; moved out (under m_ and state_m_) by finish()
+  std::mutex state_m_;  // held only to read mutex_'s state and hand a try over: nothing waits under it
   Completion<Handler> completion_;
   std::mutex m_;  // everything below, and the timers' calls
   std::optional<boost::asio::steady_timer> poll_timer_;

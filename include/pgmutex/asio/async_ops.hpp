@@ -26,6 +26,7 @@
 #include "pgmutex/asio/acquire_op.hpp"
 #include "pgmutex/asio/completion.hpp"
 #include "pgmutex/asio/error.hpp"
+#include "pgmutex/asio/statements.hpp"
 #include "pgmutex/asio/wait_lost_op.hpp"
 
 namespace pgmutex::asio_detail {
@@ -35,26 +36,6 @@ using Access = detail::AsyncAccess;
 template <class Guard>
 using GuardSignature = void(boost::system::error_code, Guard);
 using DoneSignature = void(boost::system::error_code);
-
-// One owner's share of a state, taken when the operation is initiated and
-// given back when it is done: the state stays open if the user's guard goes
-// meanwhile (a deferred heartbeat that is never launched gives it back too).
-template <class State>
-class Share {
- public:
-  explicit Share(State* state) noexcept : state_(state) {
-    if (state_ != nullptr) state_->add_owner();
-  }
-  Share(Share&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  Share& operator=(Share&&) = delete;
-  ~Share() {
-    if (state_ != nullptr) State::drop_owner(state_);
-  }
-  State* get() const noexcept { return state_; }
-
- private:
-  State* state_;
-};
 
 // Where a guard's handlers run by default: its mutex's loop; an empty
 // guard has none, and its operation completes at once, with an error.
@@ -69,8 +50,9 @@ auto async_try_acquire(Mutex& mutex, Token&& token) {
   using Guard = typename Mutex::guard_type;
   return boost::asio::async_initiate<Token, GuardSignature<Guard>>(
       [](auto handler, Mutex shared) {
-        Completion<decltype(handler)> done(std::move(handler), loop_of(*Access::state_of(shared)));
-        run_off_loop([done = std::move(done), shared = std::move(shared)]() mutable {
+        auto* state = Access::state_of(shared);
+        Completion<decltype(handler)> done(std::move(handler), loop_of(*state));
+        run_statements_of(state, [done = std::move(done), shared = std::move(shared)]() mutable {
           auto got = shared.try_acquire(nothrow);
           { Mutex gone = std::move(shared); }  // our share goes before the handler may run (see AcquireOp::finish)
           if (got) done.complete(boost::system::error_code(), std::move(*got));
@@ -101,7 +83,8 @@ auto async_release(Guard&& guard, Token&& token) {
   return boost::asio::async_initiate<Token, DoneSignature>(
       [](auto handler, Guard owned, boost::asio::any_io_executor on) {
         Completion<decltype(handler)> done(std::move(handler), on);
-        run_off_loop([done = std::move(done), owned = std::move(owned)]() mutable {
+        auto* state = Access::guard_state(owned);
+        run_statements_of(state, [done = std::move(done), owned = std::move(owned)]() mutable {
           auto released = owned.release(nothrow);
           done.complete(error_of(released));
         });
@@ -109,6 +92,9 @@ auto async_release(Guard&& guard, Token&& token) {
       token, std::move(guard), loop);
 }
 
+// On the I/O pool, never on a backend's thread: a heartbeat that finds the
+// lease lost runs the grant's stop callbacks (user code, which may block) on
+// the thread that sent it.
 template <class Guard, class Token>
 auto async_heartbeat(Guard& guard, Token&& token) {
   using State = std::remove_pointer_t<decltype(Access::guard_state(guard))>;

@@ -23,6 +23,11 @@ class IoGate {
     owner_.store(me, std::memory_order_relaxed);
     return true;
   }
+  // A hint, stale as soon as read: some thread is inside a statement (or
+  // entering one). A backend's I/O thread checks it before running a job that
+  // would enter: a thread that holds the gate may be waiting for that very
+  // I/O thread to run its statement.
+  PGMUTEX_ALWAYS_INLINE bool busy() const noexcept { return owner_.load(std::memory_order_relaxed) != nullptr; }
   PGMUTEX_ALWAYS_INLINE void leave() noexcept {
     owner_.store(nullptr, std::memory_order_relaxed);
     mutex_.unlock();

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -118,6 +119,9 @@ class SessionBackend {
                                std::stop_token stop) noexcept;
   Result<WatchId> watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept;
   bool cancel_watch(WatchId id) noexcept;
+  // On the session's I/O thread (BackendRunsJobs): the async forms run an
+  // operation there, its statements then sent at once.
+  bool run_job(std::function<void()> job) noexcept;
   [[nodiscard]] std::uint64_t session() const noexcept;
   [[nodiscard]] std::uint64_t history() const noexcept;
   [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept;
