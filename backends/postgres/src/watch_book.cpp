@@ -149,8 +149,9 @@ void SessionCore::check_watches(bool all) {
         to_wake.push_back(id);
         continue;
       }
-      const auto found = std::find_if(rows->begin(), rows->end(),
-                                      [&](const LockRow& r) { return r.lock_name == w.lock_name; });
+      const std::string& name = w.lock_name;  // clang 15 cannot capture a structured binding
+      const auto found =
+          std::find_if(rows->begin(), rows->end(), [&name](const LockRow& r) { return r.lock_name == name; });
       const auto left =
           stale_in(found == rows->end() ? std::nullopt : std::optional<LockRow>(*found), w.stale_threshold);
       if (!left) to_wake.push_back(id);
