@@ -27,6 +27,7 @@
 
 #include "pgmutex/asio.hpp"
 #include "pgmutex/memory_backend.hpp"
+#include "plain_libpq.hpp"
 #include "sql.hpp"
 
 using namespace std::chrono_literals;
@@ -38,53 +39,8 @@ namespace {
 
 using PgAsioMutex = pgmutex::BasicMutex<PostgresBackend, pgmutex::SteadyClock, pgmutex::NoMetrics, AsioExecutor>;
 
-// Plain libpq: one connection, prepared statements.
-class Pq {
- public:
-  Pq() : conn_(PQconnectdb("")) {
-    if (PQstatus(conn_) != CONNECTION_OK) throw std::runtime_error(PQerrorMessage(conn_));
-  }
-  Pq(const Pq&) = delete;
-  Pq& operator=(const Pq&) = delete;
-  ~Pq() { PQfinish(conn_); }
-
-  void exec(const std::string& sql) { check(PQexec(conn_, sql.c_str()), sql); }
-  void prepare(const std::string& name, const std::string& sql) {
-    check(PQprepare(conn_, name.c_str(), sql.c_str(), 0, nullptr), sql);
-  }
-  // The first column of the first row ("" if none).
-  std::string run(const std::string& name, const std::vector<std::string>& params) {
-    std::vector<const char*> values;
-    for (const std::string& p : params) values.push_back(p.c_str());
-    PGresult* r = PQexecPrepared(conn_, name.c_str(), static_cast<int>(values.size()), values.data(), nullptr,
-                                 nullptr, 0);
-    const auto status = PQresultStatus(r);
-    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-      const std::string message = PQresultErrorMessage(r);
-      PQclear(r);
-      throw std::runtime_error(name + ": " + message);
-    }
-    std::string first = PQntuples(r) > 0 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
-    PQclear(r);
-    return first;
-  }
-
- private:
-  void check(PGresult* r, const std::string& what) {
-    const auto status = PQresultStatus(r);
-    const std::string message = PQresultErrorMessage(r);
-    PQclear(r);
-    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) throw std::runtime_error(what + ": " + message);
-  }
-  PGconn* conn_;
-};
-
-void setup_table(const std::string& table) {
-  PostgresBackend b("");
-  if (auto created = b.create_schema(table); !created) throw std::runtime_error(created.error().message());
-  Pq pq;
-  pq.exec("DELETE FROM " + table);
-}
+using bench::Pq;
+using bench::setup_table;
 
 pgmutex::Options options(const std::string& table, const std::string& instance) {
   pgmutex::Options o;
@@ -133,20 +89,7 @@ void blocking_same_mutex_cycle(benchmark::State& state) {
 }
 BENCHMARK(blocking_same_mutex_cycle)->UseRealTime();
 
-void libpq_same_statements_cycle(benchmark::State& state) {
-  setup_table("bench_asio_cycle_libpq");
-  const auto sql = pgmutex::postgres_detail::make_statements("bench_asio_cycle_libpq", true);
-  const std::string lock_hash = pgmutex::postgres_detail::lock_hash("job");
-  Pq pq;
-  pq.prepare("acquire", sql.acquire.sql);
-  pq.prepare("release", sql.release.sql);
-  for (auto _ : state) {
-    const std::string fence =
-        pq.run("acquire", {"job", "libpq", "600", "12345", "5000", "bench-host", "4242", "asio_mutex", "-1"});
-    if (fence.empty()) state.SkipWithError("not acquired");
-    pq.run("release", {"job", "libpq", fence, "12345", lock_hash, "5000"});
-  }
-}
+void libpq_same_statements_cycle(benchmark::State& state) { bench::libpq_cycle(state, "bench_asio_cycle_libpq", "asio_mutex"); }
 BENCHMARK(libpq_same_statements_cycle)->UseRealTime();
 
 // ---- the same two cycles on the in-memory backend: no I/O, so what is left
