@@ -204,12 +204,13 @@ using BeatCallback = std::function<void(BeatReply)>;
 // A heartbeat that does not block the caller: the backend may hold it for a
 // short while to send it with others in one statement. `done` runs exactly
 // once, later, on a thread of the backend's (never inside this call), and must
-// not block: the mutex only notes the answer there. The backend copies what
-// it keeps of `key` (its views die with the call). With it, the mutex's
+// not block: the mutex only notes the answer there. False: not taken (no
+// memory, a moved-from backend), and `done` never runs. The backend copies
+// what it keeps of `key` (its views die with the call). With it, the mutex's
 // wake-up sends the automatic heartbeat without a thread of the executor.
 template <class B>
 concept BackendBeatsAsynchronously = requires(B& b, const HolderKey& key, BeatCallback done) {
-  { b.heartbeat_async(key, std::move(done)) } noexcept -> std::same_as<void>;
+  { b.heartbeat_async(key, std::move(done)) } noexcept -> std::same_as<bool>;
 };
 
 // What a waiter knows of the lock it waits for.

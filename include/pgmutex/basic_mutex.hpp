@@ -681,17 +681,20 @@ class BasicMutex {
       if constexpr (BackendBeatsAsynchronously<B>) {
         add_reference();
         const time_point sent = clock.now();
+        bool taken = false;
         try {
-          backend.heartbeat_async(holder_key(g), [this, g, sent](BeatReply reply) {
+          taken = backend.heartbeat_async(holder_key(g), [this, g, sent](BeatReply reply) {
             run_as_task([&] {
               (void)note_beat(g, sent, std::move(reply.result), detail::ServerSession{reply.session, reply.history},
                               /*automatic=*/true, /*announce_here=*/false);
             });
             drop_reference(this);
           });
-        } catch (...) {
-          drop_reference(this);  // no memory for the callback: the next wake-up tries again
-          book.beat_not_started();
+        } catch (...) {  // no memory for the callback
+        }
+        if (!taken) {  // the callback will never run: its reference goes now
+          drop_reference(this);
+          beat_not_started();
         }
       }
     }
@@ -725,8 +728,16 @@ class BasicMutex {
           drop_reference(this);
         });
       } catch (...) {
-        drop_reference(this);  // no thread or memory for it: the next wake-up tries again
-        book.beat_not_started();
+        drop_reference(this);  // no thread or memory for it
+        beat_not_started();
+      }
+    }
+
+    // A beat that could not go out is tried again soon, not at the lease deadline.
+    void beat_not_started() noexcept {
+      try {
+        arm_wakeup(book.beat_not_started(clock.now() + retry_base));
+      } catch (...) {  // no memory for a timer: the lease deadline's wake-up, armed already, still comes
       }
     }
 

@@ -76,7 +76,7 @@ std::vector<BeatReply> beat_all(SessionBackend& backend, const std::vector<Holde
   std::vector<std::future<BeatReply>> futures;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     futures.push_back(promises[i].get_future());
-    backend.heartbeat_async(keys[i], [&promises, i](BeatReply reply) { promises[i].set_value(std::move(reply)); });
+    REQUIRE(backend.heartbeat_async(keys[i], [&promises, i](BeatReply reply) { promises[i].set_value(std::move(reply)); }));
   }
   std::vector<BeatReply> out;
   for (auto& f : futures) {

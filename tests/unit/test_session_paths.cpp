@@ -28,6 +28,7 @@ class BatchingBackend {
     int tries = 0;
     int releases = 0;
     bool flushing = false;
+    bool refuse_beats = false;  // heartbeat_async says it cannot take one
     std::vector<WatchRequest> watches;
   };
 
@@ -51,9 +52,11 @@ class BatchingBackend {
   Result<std::vector<LockRow>> list(std::string_view t) noexcept { return inner_.list(t); }
   Result<std::optional<LockRow>> force_release(LockRef l) noexcept { return inner_.force_release(l); }
 
-  void heartbeat_async(const HolderKey& key, BeatCallback done) noexcept {
+  bool heartbeat_async(const HolderKey& key, BeatCallback done) noexcept {
+    if (shared_->refuse_beats) return false;
     HolderKey copy = key;  // the views into the mutex's options outlive the test's flushes
     shared_->pending.emplace_back(copy, std::move(done));
+    return true;
   }
 
   Result<bool> wait_until_free(const WatchRequest& w, std::chrono::nanoseconds timeout, std::stop_token) noexcept {
@@ -207,4 +210,20 @@ TEST_CASE("a waiter on a watching backend still ends at its timeout", "[session-
   CHECK(got.why() == Errc::timeout);
   CHECK(w.clock.now() - start == 30s);
   CHECK(w.shared->tries <= 3);
+}
+
+TEST_CASE("a heartbeat the backend cannot take is tried again at the next wake-up", "[session-paths]") {
+  World w;
+  BatchedMutex a = w.mutex("a");
+  a.create_schema();
+  auto guard = a.try_acquire();  // lease 40 s
+  REQUIRE(guard);
+  w.shared->refuse_beats = true;
+  w.executor.advance(15s);
+  CHECK(w.shared->pending.empty());  // refused: nothing waits for an answer
+  w.shared->refuse_beats = false;
+  w.run_for(60s);  // past the first lease: only a beat taken after the refusal could keep it
+  CHECK(guard);
+  CHECK_FALSE(guard.lost());
+  CHECK(w.shared->sync_heartbeats == 0);
 }

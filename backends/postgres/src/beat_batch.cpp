@@ -17,10 +17,11 @@ Error not_held(const HolderKey& key) {
 
 }  // namespace
 
-void SessionCore::add_beat(Beat beat) {
+bool SessionCore::add_beat(Beat beat) {
   bool first = false;
   {
     std::lock_guard lock(mutex_);
+    if (stopping_) return false;  // never sent: its callback must not be kept unrun
     if (!tick_end_) {
       // The tick starts with its first heartbeat, so a lone one waits one tick at most.
       tick_end_ = std::chrono::steady_clock::now() + options_.heartbeat_tick;
@@ -29,6 +30,7 @@ void SessionCore::add_beat(Beat beat) {
     beats_.push_back(std::move(beat));
   }
   if (first) wake();  // the I/O thread's timer changed
+  return true;
 }
 
 // One table's keys: first in one statement that skips rows another

@@ -127,17 +127,16 @@ Result<std::vector<bool>> SessionBackend::heartbeat_many(std::span<const HolderK
   return impl_->backend.heartbeat_many(keys);
 }
 
-void SessionBackend::heartbeat_async(const HolderKey& key, BeatCallback done) noexcept {
-  if (!impl_ || !done) return;  // nothing to answer, or nobody to tell
+bool SessionBackend::heartbeat_async(const HolderKey& key, BeatCallback done) noexcept {
+  if (!impl_ || !done) return false;  // nothing to answer, or nobody to tell
   const auto timeout = key.timeout > std::chrono::nanoseconds::zero() ? key.timeout
                                                                       : impl_->core().options().postgres.default_timeout;
   try {
-    impl_->core().add_beat({std::string(key.lock.table), std::string(key.lock.lock_name), std::string(key.instance_id),
+    return impl_->core().add_beat({std::string(key.lock.table), std::string(key.lock.lock_name), std::string(key.instance_id),
                             key.fence, key.token, key.timeout, std::chrono::steady_clock::now() + timeout,
                             impl_->mark, std::move(done)});
   } catch (...) {
-    // Out of memory copying the key: the heartbeat is lost, as a dropped
-    // packet would be; the mutex's lease timer covers it.
+    return false;  // out of memory copying the key: the caller keeps `done` unrun
   }
 }
 

@@ -70,7 +70,8 @@ class SessionCore : public SharedConnection {
     std::shared_ptr<DurableMark> mark;
     BeatCallback done;
   };
-  void add_beat(Beat beat);
+  // False once stopping: the beat is not taken.
+  bool add_beat(Beat beat);
 
   // A waiter's watch: registered on the I/O thread (LISTEN, a read of the
   // row), then woken once by a NOTIFY, its stale deadline, a re-check or a

@@ -205,10 +205,15 @@ class GrantBook {
     return Grant{fence_, token_, generation_};
   }
 
-  // A beat that on_timer started could not be posted: the next wake-up tries again.
-  void beat_not_started() noexcept {
+  // A beat that on_timer started could not go out (no thread or memory for
+  // it, a backend that would not take it): it is due again at `retry_at`.
+  // Returns when to wake up next (while a beat was in flight, the wake-up
+  // armed was the lease deadline: without a nearer one no beat would come).
+  time_point beat_not_started(time_point retry_at) noexcept {
     LightLock lock(mutex_);
     beat_in_flight_ = false;
+    next_beat_at_ = retry_at;
+    return next_wakeup();
   }
 
   // The answer to a heartbeat of grant `g` sent at `sent`, read at `now`.

@@ -114,7 +114,7 @@ class SessionBackend {
 
   // --- optional operations
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
-  void heartbeat_async(const HolderKey& key, BeatCallback done) noexcept;
+  bool heartbeat_async(const HolderKey& key, BeatCallback done) noexcept;
   Result<bool> wait_until_free(const WatchRequest& watch, std::chrono::nanoseconds timeout,
                                std::stop_token stop) noexcept;
   Result<WatchId> watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept;
