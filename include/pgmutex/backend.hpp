@@ -43,6 +43,10 @@ struct HolderKey {
   // backend gives up with backend_unavailable (or outcome_unknown for a
   // write that may have landed). Zero: the backend's own default.
   std::chrono::nanoseconds timeout{0};
+  // A heartbeat only: commit it synchronously, whatever the backend's commit
+  // mode (the mutex asks when no asynchronous beat was shown durable for half
+  // its lease: a slow WAL writer). Reported as HeartbeatDurability::durable.
+  bool durable = false;
 };
 
 // Who holds a grant, for an operator's eyes only (never matched on).
@@ -152,7 +156,11 @@ concept BackendWaitsForRelease =
 
 // Whether a heartbeat the backend acknowledged can still be lost (Postgres with
 // synchronous_commit off: a server crash forgets the last commits). The mutex
-// then keeps a heartbeat interval more of margin. Absent: false.
+// then keeps a heartbeat interval more of margin, and counts the lease from
+// a heartbeat only once it is known durable (BackendReportsDurability).
+// Absent: false, and every heartbeat the backend acknowledges must be durable
+// (PostgresBackend forces synchronous_commit on for it, whatever the server,
+// the role or the database says).
 template <class B>
 concept BackendReportsCommitMode = requires(const B& b) {
   { b.heartbeat_commits_asynchronously() } noexcept -> std::same_as<bool>;
@@ -161,8 +169,8 @@ concept BackendReportsCommitMode = requires(const B& b) {
 // The server session the last operation ran on, as a number that changes
 // when the session does (a reconnect, another server process). Where
 // heartbeats commit asynchronously, a heartbeat counts as durable only once a
-// later one succeeded in the same session: a server restart in between may
-// have forgotten it. Absent: every operation is taken to run in one session.
+// later answer of the same session shows it flushed: a server restart in
+// between may have forgotten it. Absent: every operation is taken to run in one session.
 template <class B>
 concept BackendReportsSession = requires(const B& b) {
   { b.session() } noexcept -> std::same_as<std::uint64_t>;
@@ -182,6 +190,32 @@ concept BackendReportsHistory = requires(const B& b) {
   { b.history() } noexcept -> std::same_as<std::uint64_t>;
 };
 
+// How the server committed the last heartbeat, where heartbeats commit
+// asynchronously (BackendReportsCommitMode): whether this one was committed
+// synchronously anyway (durable: the first after a reconnect or a failover),
+// and two positions in the server's write-ahead log read when the statement
+// began, before it wrote anything: where the log ended (wal_before: past the
+// commit of everything this backend's answers acknowledged before it was
+// sent) and how far it was flushed to disk (wal_flushed). 0: not told. The
+// mutex trusts an asynchronous heartbeat only once a later answer's
+// wal_flushed reaches a wal_before read after its commit: never because time
+// passed (a server's WAL writer may be slow, and a crash forgets what it
+// had not flushed).
+struct HeartbeatDurability {
+  bool durable = false;
+  std::uint64_t wal_before = 0;
+  std::uint64_t wal_flushed = 0;
+};
+
+// The HeartbeatDurability of the last heartbeat (or heartbeat_many).
+// Absent: no heartbeat is known durable but through a new server history,
+// and an asynchronous one is never trusted (only the acquire and the
+// history's first heartbeat are).
+template <class B>
+concept BackendReportsDurability = requires(const B& b) {
+  { b.last_heartbeat_durability() } noexcept -> std::same_as<HeartbeatDurability>;
+};
+
 // Heartbeat many grants in one statement; element i is false if key i is no longer held.
 template <class B>
 concept BackendBatchesHeartbeats = requires(B& b, std::span<const HolderKey> keys) {
@@ -191,13 +225,15 @@ concept BackendBatchesHeartbeats = requires(B& b, std::span<const HolderKey> key
 // --- Sessions: many mutexes of one process on one connection (pgmutex::Session).
 
 // What a heartbeat sent with heartbeat_async came to: the answer
-// (Errc::lock_not_held if the row is no longer ours), and the server session
+// (Errc::lock_not_held if the row is no longer ours), the server session
 // and history it ran on (see BackendReportsSession and BackendReportsHistory;
-// 0 where the backend does not tell).
+// 0 where the backend does not tell), and how it was committed
+// (see BackendReportsDurability).
 struct BeatReply {
   Result<void> result;
   std::uint64_t session = 0;
   std::uint64_t history = 0;
+  HeartbeatDurability durability{};
 };
 using BeatCallback = std::function<void(BeatReply)>;
 

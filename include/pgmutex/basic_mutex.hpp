@@ -129,8 +129,9 @@ class BasicMutex {
   Result<std::optional<LockRow>> inspect(nothrow_t) { return state_->inspect(); }
   std::optional<LockRow> inspect() { return value_or_throw(inspect(nothrow)); }
 
-  // Held through this object, and the lease not lost. Never waits for I/O.
-  [[nodiscard]] bool held() const noexcept { return state_->book.holds(); }
+  // Held through this object, and the lease not lost: the clock is compared
+  // with the lease deadline at this moment. Never waits for I/O.
+  [[nodiscard]] bool held() const noexcept { return state_->book.holds(state_->clock.now()); }
 
   // ---- Lockable: for std::unique_lock, std::scoped_lock and std::lock ----
   // lock() is acquire() with no timeout; try_lock() is one try, false when
@@ -204,8 +205,7 @@ class BasicMutex {
 
     State(ValidOptions o, B b, C c, M m, E e)
         : options(std::move(o)), backend(std::move(b)), clock(std::move(c)), metrics(std::move(m)),
-          executor(std::move(e)), book(options.lease(), traits_of(backend).heartbeat_commits_asynchronously,
-                                       options.heartbeat_interval),
+          executor(std::move(e)), book(options.lease(), traits_of(backend).heartbeat_commits_asynchronously),
           token_state_(std::random_device{}()) {
       token_state_ = (token_state_ << 32) ^ std::random_device{}();
     }
@@ -322,9 +322,14 @@ class BasicMutex {
 
     // ---- what the guard calls --------------------------------------------
 
-    bool grant_lost(std::uint64_t which) const noexcept { return book.lost(which); }
-    bool grant_holds(std::uint64_t which) const noexcept { return book.holds(which); }
-    std::stop_token grant_stop_token(std::uint64_t which) { return book.stop_token(which); }
+    // Each read compares the clock with the lease deadline now (DESIGN.md,
+    // rule 4): a paused process never reads a stale "held".
+    bool grant_lost(std::uint64_t which) const noexcept { return book.lost(which, clock.now()); }
+    bool grant_holds(std::uint64_t which) const noexcept { return book.holds(which, clock.now()); }
+    std::stop_token grant_stop_token(std::uint64_t which) {
+      announce_if_expired();
+      return book.stop_token(which);
+    }
 
     // A manual heartbeat, on the caller's thread. A stop callback it runs may
     // release the last owner (a guard that outlived its mutex): the state
@@ -337,7 +342,8 @@ class BasicMutex {
     }
 
     Result<void> heartbeat_grant_referenced(std::uint64_t which) {
-      const auto grant = book.beat_grant(which);
+      announce_if_expired();
+      const auto grant = book.beat_grant(which, clock.now());
       if (!grant) return fail(Errc::lock_not_held, context() + ": " + grant.error().detail);
       Result<void> answer = beat(*grant, /*automatic=*/false);
       if (!answer && answer.error() != Errc::lock_not_held) return answer;
@@ -346,6 +352,7 @@ class BasicMutex {
     }
 
     Result<void> release_grant(std::uint64_t which) {
+      announce_if_expired();
       auto ended = book.end(which);
       if (!ended) {
         book.forget(which);  // its guard is going: no one will ask how it ended
@@ -442,7 +449,7 @@ class BasicMutex {
 
     LockRef lock_ref() const noexcept { return LockRef{options.table, options.lock_name}; }
     HolderKey holder_key(const typename Book::Grant& g) const noexcept {
-      return HolderKey{lock_ref(), options.instance_id, g.fence, g.token, options.heartbeat_timeout};
+      return HolderKey{lock_ref(), options.instance_id, g.fence, g.token, options.heartbeat_timeout, g.durable};
     }
     std::string context() const { return "lock '" + options.lock_name + "'"; }
 
@@ -450,6 +457,10 @@ class BasicMutex {
     Result<T> with_context(Result<T>&& r) const {
       if (!r) r.error().detail = context() + (r.error().detail.empty() ? "" : ": " + r.error().detail);
       return std::move(r);
+    }
+
+    static duration since_epoch(time_point t) noexcept {
+      return std::chrono::duration_cast<duration>(t.time_since_epoch());
     }
 
     static duration age(double seconds) {
@@ -500,8 +511,9 @@ class BasicMutex {
 
     // Called with io_gate_ held.
     Attempt try_acquire_io() {
-      if (book.holds()) {
-        const auto g = book.current();
+      announce_if_expired();
+      if (const time_point now = clock.now(); book.holds(now)) {
+        const auto g = book.current(now);
         return Attempt::failed(Error(Errc::already_acquired, context() + " is already held through this object (fence " +
                                                                  std::to_string(g ? g->fence : 0) +
                                                                  "); release it before acquiring again"));
@@ -577,6 +589,7 @@ class BasicMutex {
       arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()));
       if (!a.who.empty()) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, a.who);
       call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
+      call_lease_renewed(metrics, options.lock_name, options.instance_id, since_epoch(a.sent + options.lease()));
       call_acquire_latency(metrics, options.lock_name, options.instance_id,
                            std::chrono::duration<double>(now - a.sent).count());
       add_owner();
@@ -588,6 +601,7 @@ class BasicMutex {
       detail::ServerSession at;
       if constexpr (BackendReportsSession<B>) at.session = backend.session();
       if constexpr (BackendReportsHistory<B>) at.history = backend.history();
+      if constexpr (BackendReportsDurability<B>) at.durability = backend.last_heartbeat_durability();
       return at;
     }
 
@@ -660,6 +674,7 @@ class BasicMutex {
       const time_point now = clock.now();
       auto applied = book.apply_beat(g, sent, now, answer, automatic, options.heartbeat_interval, retry_base, session);
       if (applied.next_wakeup) arm_wakeup(*applied.next_wakeup);
+      if (applied.renewed) call_lease_renewed(metrics, options.lock_name, options.instance_id, since_epoch(*applied.renewed));
       if (answer) {
         call_heartbeat_latency(metrics, options.lock_name, options.instance_id,
                                std::chrono::duration<double>(now - sent).count());
@@ -685,7 +700,7 @@ class BasicMutex {
         try {
           taken = backend.heartbeat_async(holder_key(g), [this, g, sent](BeatReply reply) {
             run_as_task([&] {
-              (void)note_beat(g, sent, std::move(reply.result), detail::ServerSession{reply.session, reply.history},
+              (void)note_beat(g, sent, std::move(reply.result), detail::ServerSession{reply.session, reply.history, reply.durability},
                               /*automatic=*/true, /*announce_here=*/false);
             });
             drop_reference(this);
@@ -716,6 +731,14 @@ class BasicMutex {
     void announce_lost(detail::LostNotice notice) {
       if (notice.stop) notice.stop->request_stop();
       call_lost(metrics, options.lock_name, options.instance_id, notice.reason);
+    }
+
+    // A lease whose deadline passed before the timer said so (a paused
+    // process, a late timer thread) is declared lost now, and announced off
+    // this thread, before anything acts on the grant.
+    void announce_if_expired() {
+      if (auto notice = book.expire(clock.now()))
+        post([this, n = std::move(*notice)]() mutable { announce_lost(std::move(n)); });
     }
 
     // Runs `fn` on the executor's I/O side, keeping this state alive meanwhile.

@@ -10,12 +10,20 @@
 //   acquire_latency  (std::string_view lock_name, std::string_view instance_id, double seconds)
 //   lost             (std::string_view lock_name, std::string_view instance_id, const Error& reason)
 //   heartbeat_failed (std::string_view lock_name, std::string_view instance_id, const Error& error)
+//   lease_renewed    (std::string_view lock_name, std::string_view instance_id, std::chrono::nanoseconds deadline)
+//
+// lease_renewed tells each new lease deadline (at the grant, and each time a
+// heartbeat moves it), as the mutex Clock's time_since_epoch: for
+// SteadyClock, CLOCK_MONOTONIC on Linux, which every process of the machine
+// shares (pgmutex run hands it to its guard process). Never later than the
+// deadline the mutex itself enforces.
 //
 // Presence is detected at compile time: an absent hook generates no code. A
 // member with a hook's name but another signature fails the Metrics concept
 // with the hook's name in the error. A hook that throws never breaks the lock.
 #pragma once
 
+#include <chrono>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -76,13 +84,18 @@ PGMUTEX_METRICS_HOOK(lost, PGMUTEX_PARAMS(std::string_view lock_name, std::strin
 PGMUTEX_METRICS_HOOK(heartbeat_failed,
                      PGMUTEX_PARAMS(std::string_view lock_name, std::string_view instance_id, const Error& error),
                      (lock_name, instance_id, error))
+PGMUTEX_METRICS_HOOK(lease_renewed,
+                     PGMUTEX_PARAMS(std::string_view lock_name, std::string_view instance_id,
+                                    std::chrono::nanoseconds deadline),
+                     (lock_name, instance_id, deadline))
 #undef PGMUTEX_PARAMS
 #undef PGMUTEX_METRICS_HOOK
 
 template <class M>
 concept Metrics = std::copy_constructible<M> && MetricsHook_acquired<M> && MetricsHook_released<M> &&
                   MetricsHook_contended<M> && MetricsHook_stale_reclaimed<M> && MetricsHook_alert<M> &&
-                  MetricsHook_heartbeat_latency<M> && MetricsHook_acquire_latency<M> && MetricsHook_lost<M> && MetricsHook_heartbeat_failed<M>;
+                  MetricsHook_heartbeat_latency<M> && MetricsHook_acquire_latency<M> && MetricsHook_lost<M> && MetricsHook_heartbeat_failed<M> &&
+                  MetricsHook_lease_renewed<M>;
 
 // No hooks at all: every call compiles to nothing.
 struct NoMetrics {};
@@ -114,6 +127,9 @@ class MetricsFanout {
   void lost(std::string_view l, std::string_view i, const Error& e) { each([&](auto& s) { call_lost(s, l, i, e); }); }
   void heartbeat_failed(std::string_view l, std::string_view i, const Error& e) {
     each([&](auto& s) { call_heartbeat_failed(s, l, i, e); });
+  }
+  void lease_renewed(std::string_view l, std::string_view i, std::chrono::nanoseconds d) {
+    each([&](auto& s) { call_lease_renewed(s, l, i, d); });
   }
 
  private:

@@ -4,6 +4,11 @@
 //                                         "acquired FENCE", then hold until killed
 //   child stress TABLE LOCK COUNT FILE    acquire and release COUNT times, writing
 //                                         "FENCE START_NS END_NS" per hold to FILE
+//   child watch TABLE LOCK INSTANCE KIND  KIND mutex or session: acquire as hold does, print
+//                                         "acquired FENCE", then read the guard in a tight
+//                                         loop; once it reads lost, print "lost LAST_HELD_NS
+//                                         FIRST_LOST_NS CHECKS" (steady clock: CLOCK_MONOTONIC,
+//                                         the same in every process) and exit 0
 //
 // Connection info comes from the PG* environment.
 #include <unistd.h>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "pgmutex/mutex.hpp"
+#include "pgmutex/session.hpp"
 
 using namespace std::chrono_literals;
 
@@ -43,6 +49,47 @@ int hold(const std::string& table, const std::string& lock, const std::string& i
   }
   std::cout << "acquired " << guard.fence() << std::endl;
   for (;;) ::pause();
+}
+
+// Reads `guard` as fast as it can, as a job that checks before each write
+// would, and reports the last read that said "held".
+template <class Guard>
+int watch_until_lost(Guard& guard) {
+  std::cout << "acquired " << guard.fence() << std::endl;
+  long long last_held = now_ns();
+  long long checks = 0;
+  for (;;) {
+    ++checks;
+    const bool held = static_cast<bool>(guard) && !guard.lost();
+    const long long at = now_ns();
+    if (!held) {
+      std::cout << "lost " << last_held << " " << at << " " << checks << std::endl;
+      return 0;
+    }
+    last_held = at;
+  }
+}
+
+int watch(const std::string& table, const std::string& lock, const std::string& instance, const std::string& kind) {
+  pgmutex::Options o;
+  o.table = table;
+  o.lock_name = lock;
+  o.instance_id = instance;
+  o.heartbeat_interval = 200ms;
+  o.alert_threshold = 1s;
+  o.stale_threshold = 2s;
+  o.poll_interval = 50ms;
+  if (kind == "session") {
+    auto session = pgmutex::Session::create("");
+    pgmutex::SessionMutex mutex(session->backend(), o);
+    auto guard = mutex.acquire(10s);
+    if (!guard) return 1;
+    return watch_until_lost(guard);
+  }
+  pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
+  auto guard = mutex.acquire(10s);
+  if (!guard) return 1;
+  return watch_until_lost(guard);
 }
 
 int stress(const std::string& table, const std::string& lock, int count, const std::string& file) {
@@ -78,6 +125,7 @@ int main(int argc, char** argv) {
   try {
     if (args.size() == 4 && args[0] == "hold") return hold(args[1], args[2], args[3]);
     if (args.size() == 5 && args[0] == "stress") return stress(args[1], args[2], std::stoi(args[3]), args[4]);
+    if (args.size() == 5 && args[0] == "watch") return watch(args[1], args[2], args[3], args[4]);
   } catch (const std::exception& e) {
     std::cerr << "child: " << e.what() << std::endl;
     return 1;

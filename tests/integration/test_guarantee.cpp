@@ -8,8 +8,11 @@
 // Each runs over every Postgres backend the holder may use: its own
 // connection, a libpqxx pool's connection, and a pgmutex::Session.
 // Real leases are short (1.5 s); timings are never asserted, only orders.
+#include <signal.h>
+
 #include <atomic>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "fault_proxy.hpp"
@@ -158,4 +161,48 @@ TEST_CASE("a frozen peer: the holder knows before a rival connected directly can
   CHECK_FALSE(locks.gy.lost());
   CHECK(locks.y.held());
   proxy.set("pass");
+}
+
+// A holder process stopped (SIGSTOP) past its lease while a rival takes the
+// lock, then continued (SIGCONT): at that moment its lease timer has not run
+// yet, and only a read that compares the clock with the deadline says
+// "lost". The holder reads its guard in a tight loop, as a job that checks
+// before each write would; its last "held" read must come before the
+// rival's grant. Several rounds: the race with the timer thread is won
+// about half the time by a read that trusts a flag.
+TEST_CASE("a holder paused past its lease reads lost from its first read after SIGCONT", "[guarantee][pause]") {
+  const std::string kind = GENERATE(as<std::string>{}, "mutex", "session");
+  CAPTURE(kind);
+  const std::string table = fresh_table("paused");
+  Mutex(PostgresBackend(""), options(table, "job")).create_schema();
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    Child holder = spawn_child({"watch", table, "job", "paused-holder", kind});
+    const std::string acquired = read_line(holder, 10s);
+    REQUIRE(acquired.starts_with("acquired "));
+    std::this_thread::sleep_for(300ms);  // heartbeats going
+    REQUIRE(::kill(holder.pid, SIGSTOP) == 0);
+
+    auto o = options(table, "job", "rival");
+    o.heartbeat_interval = 200ms;
+    o.alert_threshold = 1s;
+    o.stale_threshold = 2s;
+    Mutex rival(PostgresBackend(""), o);
+    auto guard = rival.acquire(std::chrono::nanoseconds(10s));  // once the holder's row is 2 s stale
+    REQUIRE(guard);
+    const long long granted = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count();
+    REQUIRE(::kill(holder.pid, SIGCONT) == 0);
+    const std::string lost = read_line(holder, 10s);
+    REQUIRE(lost.starts_with("lost "));
+    std::istringstream fields(lost.substr(5));
+    long long last_held = 0, first_lost = 0, checks = 0;
+    fields >> last_held >> first_lost >> checks;
+    INFO("last 'held' read " << (last_held - granted) / 1000 << " us after the rival's grant; " << checks
+                             << " reads in all");
+    CHECK(last_held < granted);
+    CHECK(wait_child(holder) == 0);
+    guard.release();
+  }
 }

@@ -1,9 +1,15 @@
 // Randomized simulation, FoundationDB/VOPR style: one root seed, a stream per
 // component, virtual time, injected faults: failures, lost replies,
 // partitions, statements that hang until released, server restarts that
-// forget heartbeats committed asynchronously, clients whose clocks drift by
-// up to ±5% and that each keep their own heartbeat interval, alert and stale
-// thresholds and safety margin, 1 to 8 locks in 1 to 3 tables. After every step the safety invariants are checked, per lock:
+// forget heartbeats committed asynchronously (whatever the WAL writer had not
+// flushed yet: 0.6 s, 5 s or 30 s of them, beyond a heartbeat interval),
+// whole clients paused (SIGSTOP: nothing of theirs runs, then everything runs
+// late), timer threads that stall while the client goes on, clients whose
+// clocks drift by up to ±5% and that each keep their own heartbeat interval,
+// alert and stale thresholds and safety margin, 1 to 8 locks in 1 to 3
+// tables. After every step the safety invariants are checked, per lock, for
+// every client that is not paused (a paused one is checked at the moment it
+// resumes, before any of its late timers has run):
 //   - fences are granted in increasing order;
 //   - at most one instance believes it holds the lock, and the row is its own;
 //   - no instance believes it holds past its lease deadline (the row's age,
@@ -56,6 +62,7 @@ struct Outcome {
   int grants = 0;
   int losses = 0;
   int restarts = 0;
+  int pauses = 0;  // whole clients stopped, and timer threads stalled
   std::string failure;  // empty: every invariant held
 };
 
@@ -68,13 +75,16 @@ Outcome simulate(std::uint64_t seed) {
 
   Simulation sim;
   const bool asynchronous = setup.chance(1, 2);
-  if (asynchronous) sim.server().set_asynchronous_heartbeats(600ms);
+  static constexpr std::array<std::chrono::milliseconds, 3> flush_delays{600ms, 5s, 30s};
+  if (asynchronous) sim.server().set_asynchronous_heartbeats(flush_delays[setup.below(flush_delays.size())]);
 
   const std::vector<LockSpot> spots = draw_spots(setup);
   std::vector<SimMutex> instances;
   std::vector<SimMutex::guard_type> guards(instance_count);
   std::vector<bool> partitioned(instance_count, false);
   std::vector<bool> hung(instance_count, false);
+  std::vector<bool> paused(instance_count, false);   // the whole client is stopped
+  std::vector<bool> stalled(instance_count, false);  // its timers are held back; it goes on
   std::vector<double> rate(instance_count);
   std::vector<double> lease_true_s(instance_count);  // the lease on the instance's clock, in true seconds at worst
   // Each client keeps its own thresholds (heartbeat interval, alert, stale,
@@ -109,7 +119,9 @@ Outcome simulate(std::uint64_t seed) {
     const int who = static_cast<int>(actions.below(instance_count));
     const std::size_t lock = static_cast<std::size_t>(who) % spots.size();
     const std::string connection = "i" + std::to_string(who);
-    switch (actions.below(10)) {
+    const std::uint64_t action = actions.below(12);
+    if (paused[who] && action != 10) continue;  // a stopped process does nothing
+    switch (action) {
       case 0:
       case 1:
         if (!guards[who]) {
@@ -148,6 +160,26 @@ Outcome simulate(std::uint64_t seed) {
           ++out.restarts;
         }
         break;
+      case 10:  // SIGSTOP / SIGCONT of the whole client
+        if (stalled[who]) break;
+        paused[who] = !paused[who];
+        if (paused[who]) {
+          sim.pause(connection);
+          ++out.pauses;
+        } else {
+          sim.resume(connection);
+        }  // its late timers run at the next advance: it is checked before
+        break;
+      case 11:  // its timer thread stalls, or runs again
+        if (paused[who]) break;
+        stalled[who] = !stalled[who];
+        if (stalled[who]) {
+          sim.pause(connection);
+          ++out.pauses;
+        } else {
+          sim.resume(connection);
+        }
+        break;
       default:
         sim.advance(std::chrono::seconds(time.between(1, 240)));
         break;
@@ -158,7 +190,7 @@ Outcome simulate(std::uint64_t seed) {
       const auto row = sim.server().peek(ref);
       int believers = 0;
       for (int i = static_cast<int>(l); i < instance_count; i += static_cast<int>(spots.size())) {
-        if (!guards[i]) continue;  // empty, released or lost
+        if (paused[i] || !guards[i]) continue;  // stopped; or empty, released or lost
         ++believers;
         const Fence fence = guards[i].fence();
         if (!row || row->fence != fence || row->instance_id != "i" + std::to_string(i)) {
@@ -213,10 +245,12 @@ TEST_CASE("random schedules of acquires, releases, partitions, hangs, restarts a
   }
   int grants = 0;
   int restarts = 0;
+  int pauses = 0;
   for (const auto seed : seeds) {
     const Outcome out = simulate(seed);
     grants += out.grants;
     restarts += out.restarts;
+    pauses += out.pauses;
     if (!out.failure.empty()) {
       INFO("replay: PGMUTEX_SIM_SEED=" << seed << " build/tests/sim/sim_tests");
       REQUIRE(out.failure == "");
@@ -224,7 +258,10 @@ TEST_CASE("random schedules of acquires, releases, partitions, hangs, restarts a
   }
   // The schedules must actually exercise the locks, or the invariants prove nothing.
   CHECK(grants > static_cast<int>(seeds.size()));
-  if (seeds.size() > 100) CHECK(restarts > 0);
+  if (seeds.size() > 100) {
+    CHECK(restarts > 0);
+    CHECK(pauses > 0);
+  }
 }
 
 TEST_CASE("the same seed replays the same run", "[sim]") {

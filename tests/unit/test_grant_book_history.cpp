@@ -3,7 +3,7 @@
 // itself, since the backend commits it synchronously; nothing the earlier
 // server acknowledged counts there any more. In the same history, a new
 // session (a reconnect, a restart) only restarts the confirmation of
-// asynchronous heartbeats.
+// asynchronous heartbeats; a WAL flush position shows which are durable.
 #include "pgmutex/detail/grant_book.hpp"
 
 #include <catch2/catch.hpp>
@@ -17,25 +17,33 @@ namespace {
 
 using Time = std::chrono::steady_clock::time_point;
 using Book = pgmutex::detail::GrantBook<Time>;
+using pgmutex::HeartbeatDurability;
 
 Time at(std::chrono::milliseconds ms) { return Time(ms); }
 
 const Result<void> ok{};
 
+// Where an asynchronous heartbeat was answered: server session and history,
+// and the WAL as the statement saw it when it began (log end, flushed).
+ServerSession where(std::uint64_t session, std::uint64_t history, std::uint64_t wal_before = 0,
+                    std::uint64_t wal_flushed = 0, bool durable = false) {
+  return ServerSession{session, history, HeartbeatDurability{durable, wal_before, wal_flushed}};
+}
+
 struct Holder {
-  Book book{27s, /*asynchronous=*/true, /*interval=*/1s};
+  Book book{27s, /*asynchronous=*/true};
   Book::Grant grant;
 
   Holder() {
     book.begin(7, 99, at(0ms), at(1s), ServerSession{1, 0});
-    grant = *book.current();
+    grant = *book.current(at(0ms));
   }
   void beat(std::chrono::milliseconds when, ServerSession where, const Result<void>& answer = ok) {
     (void)book.apply_beat(grant, at(when), at(when), answer, false, 1s, 100ms, where);
   }
   bool lost_at(std::chrono::milliseconds when) {
     (void)book.on_timer(at(when));
-    return !book.holds();
+    return !book.holds(at(when));
   }
 };
 
@@ -43,30 +51,111 @@ struct Holder {
 
 TEST_CASE("a heartbeat in a new server history restarts the lease from itself", "[grant_book][failover]") {
   Holder h;
-  h.beat(1s, {1, 0});
-  h.beat(2s, {1, 0});
-  h.beat(3s, {1, 0});  // confirms 1 s and 2 s: the lease counts from 2 s
-  SECTION("same history: the lease ends 27 s after the last confirmed beat") { CHECK(h.lost_at(29s)); }
+  h.beat(1s, where(1, 0, 100, 90));
+  h.beat(2s, where(1, 0, 200, 150));  // witness of 1 s: 200, not yet flushed
+  h.beat(3s, where(1, 0, 300, 300));  // flushed past both witnesses: the lease counts from 2 s
+  SECTION("same history: the lease ends 27 s after the last confirmed beat") {
+    CHECK_FALSE(h.lost_at(28s));
+    CHECK(h.lost_at(29s));
+  }
   SECTION("a reconnect to the same server: the new session's beat waits for confirmation") {
-    h.beat(20s, {2, 0});
+    h.beat(20s, where(2, 0, 400, 400));
     CHECK(h.lost_at(29s));  // still counted from 2 s
   }
   SECTION("a failover: the first beat on the new server is the proof, counted from its send time") {
-    h.beat(20s, {2, 1});
+    h.beat(20s, where(2, 1));
     CHECK_FALSE(h.lost_at(46s));
     CHECK(h.lost_at(47s));
   }
   SECTION("a failover: later asynchronous beats there are confirmed as usual") {
-    h.beat(20s, {2, 1});
-    h.beat(21s, {2, 1});
-    h.beat(22s, {2, 1});
+    h.beat(20s, where(2, 1));
+    h.beat(21s, where(2, 1, 1000, 900));
+    h.beat(22s, where(2, 1, 1100, 1100));
     CHECK_FALSE(h.lost_at(47s));
     CHECK(h.lost_at(48s));  // counted from 21 s, which 22 s confirmed
   }
   SECTION("a failover: the row is gone on the new server, so the lease is lost at once") {
-    h.beat(20s, {2, 1}, pgmutex::fail(Errc::lock_not_held, "no row"));
-    CHECK_FALSE(h.book.holds());
+    h.beat(20s, where(2, 1), pgmutex::fail(Errc::lock_not_held, "no row"));
+    CHECK_FALSE(h.book.holds(at(20s)));
     CHECK(h.book.lost_reason() == Errc::lease_lost);
+  }
+}
+
+// wal_writer_delay = 10 s (or a WAL writer that cannot keep up): the server
+// acknowledges every beat, but flushes none of them for a long while. Time
+// passing proves nothing: the lease counts from the acquire until the
+// server shows a beat flushed.
+TEST_CASE("an asynchronous heartbeat counts once the server shows it flushed, never because time passed",
+          "[grant_book][async]") {
+  Holder h;
+  for (int s = 1; s <= 26; ++s) {
+    const auto when = std::chrono::milliseconds(s * 1000);
+    h.beat(when, where(1, 0, 1000 + s, 500));  // acknowledged, nothing flushed past 500
+  }
+  CHECK_FALSE(h.lost_at(26s));
+  CHECK(h.lost_at(27s));  // the acquire's lease: no beat is known durable
+  CHECK_THAT(h.book.lost_reason().detail, Catch::Contains("not yet known to be durable"));
+
+  SECTION("once a later answer shows the flush, the lease counts from the newest flushed beat") {
+    Holder k;
+    k.beat(1s, where(1, 0, 1001, 500));
+    k.beat(2s, where(1, 0, 1002, 500));  // witness of 1 s: 1002
+    k.beat(3s, where(1, 0, 1003, 1002));  // 1 s is flushed (1002); 2 s's witness 1003 is not
+    CHECK_FALSE(k.lost_at(27s));
+    CHECK(k.lost_at(28s));
+  }
+  SECTION("a beat sent before an earlier one was answered is no witness for it") {
+    Holder k;
+    // A manual beat answered at 5 s; another sent at 4 s (before that answer) reads wal 2000.
+    (void)k.book.apply_beat(k.grant, at(1s), at(5s), ok, false, 1s, 100ms, where(1, 0, 1000, 0));
+    (void)k.book.apply_beat(k.grant, at(4s), at(6s), ok, false, 1s, 100ms, where(1, 0, 2000, 2000));
+    CHECK(k.lost_at(27s));  // neither is confirmed: 4 s was sent before 1 s's answer came
+  }
+  SECTION("a durable answer (synchronous commit, the first after a reconnect) counts at once, in any session") {
+    Holder k;
+    for (int s = 1; s <= 60; ++s)  // a server that closes idle sessions: every beat on a new one
+      k.beat(std::chrono::milliseconds(s * 1000), where(static_cast<std::uint64_t>(s + 1), 0, 0, 0, /*durable=*/true));
+    CHECK_FALSE(k.lost_at(86s));
+    CHECK(k.lost_at(87s));
+  }
+}
+
+// A paused process (SIGSTOP), or a timer thread that is not scheduled: the
+// lease timer has not run, but every read compares the clock with the
+// deadline, so nothing reads a stale "held".
+TEST_CASE("every read of the grant compares the clock with the lease deadline", "[grant_book][pause]") {
+  Book book{10s, /*asynchronous=*/false};
+  const auto generation = book.begin(7, 99, at(0ms), at(1s), ServerSession{1, 0});
+  const auto grant = *book.current(at(0ms));
+  (void)book.apply_beat(grant, at(3s), at(3s), ok, true, 1s, 100ms, ServerSession{1, 0});
+  // No on_timer() from here on: the timer is late.
+  CHECK(book.holds(at(12999ms)));
+  CHECK(book.holds(generation, at(12999ms)));
+  CHECK_FALSE(book.lost(generation, at(12999ms)));
+  CHECK_FALSE(book.holds(at(13s)));
+  CHECK_FALSE(book.holds(generation, at(13s)));
+  CHECK(book.lost(generation, at(13s)));
+  CHECK_FALSE(book.current(at(13s)));
+
+  SECTION("a late answer never brings the lease back, even a good one sent before the deadline") {
+    auto applied = book.apply_beat(grant, at(12s), at(14s), ok, true, 1s, 100ms, ServerSession{1, 0});
+    REQUIRE(applied.lost);
+    CHECK(applied.lost->reason == Errc::lease_lost);
+    CHECK_FALSE(book.holds(at(14s)));
+    CHECK(book.lost(generation, at(14s)));
+  }
+  SECTION("expire() declares it once; the stop token handed out then is already stopped") {
+    auto watched = book.stop_token(generation);  // taken while held: not stopped yet
+    CHECK_FALSE(watched.stop_requested());
+    auto notice = book.expire(at(13s));
+    REQUIRE(notice);
+    CHECK(notice->reason == Errc::lease_lost);
+    REQUIRE(notice->stop);
+    CHECK_FALSE(book.expire(at(14s)));  // once
+    CHECK(book.stop_token(generation).stop_requested());  // the announcement is on its way
+    notice->stop->request_stop();                          // ...and stops the one handed out before
+    CHECK(watched.stop_requested());
+    CHECK_FALSE(book.on_timer(at(14s)).lost);  // the timer, late, finds it declared
   }
 }
 

@@ -98,7 +98,7 @@ void SessionCore::send_beats() {
     const auto started = std::chrono::steady_clock::now();
     for (std::size_t i : index) {
       const Beat& b = batch[i];
-      durable = durable || (b.mark && b.mark->due(history));
+      durable = durable || b.durable || (b.mark && b.mark->due(history));
       keys.push_back(HolderKey{{b.table, b.lock_name}, b.instance_id, b.fence, b.token,
                                std::max(b.deadline - started, std::chrono::nanoseconds(1))});
     }
@@ -111,11 +111,14 @@ void SessionCore::send_beats() {
     }
     const std::uint64_t session = io_backend_->session();
     const std::uint64_t ran_on = io_backend_->history();
+    HeartbeatDurability durability = io_backend_->last_heartbeat_durability();
+    durability.durable = durability.durable || durable;
     for (std::size_t k = 0; k < index.size(); ++k) {
       BeatReply& reply = replies[index[k]];
       const Beat& b = batch[index[k]];
       reply.session = session;
       reply.history = ran_on;
+      reply.durability = durability;
       if (answers[k]) reply.result = tl::unexpected(std::move(*answers[k]));
       else if (durable && b.mark) b.mark->history = ran_on;  // committed synchronously: durable for this mutex
     }

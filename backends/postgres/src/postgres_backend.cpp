@@ -138,6 +138,24 @@ tl::unexpected<Error> no_row_for(const HolderKey& key) {
                                        " and this grant's token");
 }
 
+// How a heartbeat's rows say it was committed. `synchronous`: it waited for
+// the WAL flush. Otherwise its rows carry wal_before and wal_flushed from
+// column `first` on (one value per statement, repeated per row): the
+// largest wal_before and the smallest wal_flushed are kept, which can only
+// delay a confirmation. No row: nothing told (0), nothing confirmed.
+HeartbeatDurability durability_of(const Rows& rows, bool synchronous, std::size_t first) {
+  if (synchronous) return HeartbeatDurability{true, 0, 0};
+  HeartbeatDurability d;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::uint64_t before = std::strtoull(rows.text(r, first).c_str(), nullptr, 10);
+    const std::uint64_t flushed = std::strtoull(rows.text(r, first + 1).c_str(), nullptr, 10);
+    d.wal_before = std::max(d.wal_before, before);
+    d.wal_flushed = r == 0 ? flushed : std::min(d.wal_flushed, flushed);
+  }
+  if (d.wal_before == 0) d.wal_flushed = 0;
+  return d;
+}
+
 }  // namespace
 
 struct PostgresBackend::Impl {
@@ -169,6 +187,7 @@ struct PostgresBackend::Impl {
   std::mutex mutex;  // one operation at a time: a connection never serves two threads at once
   std::uint64_t last_session = 0;  // the server session the last operation ran on (see session())
   std::uint64_t last_history = 0;  // the server history the last operation ran on (see history())
+  HeartbeatDurability last_durability{};  // of the last heartbeat (see last_heartbeat_durability())
   // Keyed by table and commit mode: a connection behind a pooler (unnamed
   // statements) commits heartbeats synchronously, another may not.
   std::map<std::string, TableStatements, std::less<>> tables;
@@ -504,13 +523,14 @@ Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<long> {
         // After a failover the first heartbeat commits synchronously: the
         // mutex counts the lease from it alone (BackendReportsHistory).
-        const bool durable = impl_->durable_due(session);
+        const bool durable = key.durable || impl_->durable_due(session);
         auto rows = session.run(durable ? st.heartbeat_durable : st.heartbeat,
                                 {std::string(key.lock.lock_name), std::string(key.instance_id),
                                  std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param()},
                                 bound);
         if (!rows) return tl::unexpected(std::move(rows.error()));
         if (durable) impl_->durable_done(session);
+        impl_->last_durability = durability_of(*rows, durable || !st.asynchronous, 0);
         return rows->affected;
       });
   if (!changed) return tl::unexpected(std::move(changed.error()));
@@ -619,6 +639,7 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
     for (const HolderKey& key : keys) {
       tables.insert(key.lock.table);
       timeout = std::max(timeout, key.timeout);
+      durable = durable || key.durable;  // one asks: the statement commits synchronously for all
     }
     for (std::string_view table : tables) {
       if (auto valid = validate_table_name(table); !valid) return tl::unexpected(std::move(valid.error()));
@@ -657,6 +678,7 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
                                     bound);
             if (!rows) return tl::unexpected(std::move(rows.error()));
             if (sync && impl_->mark) impl_->durable_done(session);
+            impl_->last_durability = durability_of(*rows, !st.asynchronous, 1);
             std::vector<bool> out(names.size(), false);
             for (std::size_t r = 0; r < rows->size(); ++r) {
               const auto at = std::strtoull(rows->text(r, 0).c_str(), nullptr, 10);  // 1-based
@@ -673,6 +695,12 @@ Result<std::vector<bool>> PostgresBackend::heartbeat_many_of(Impl* impl, std::sp
     return tl::unexpected(
         to_error(failure_from_current_exception(), "heartbeat_many", Effect::idempotent_write, impl_->secrets));
   }
+}
+
+HeartbeatDurability PostgresBackend::last_heartbeat_durability() const noexcept {
+  if (!impl_) return {};
+  std::lock_guard lock(impl_->mutex);
+  return impl_->last_durability;
 }
 
 std::uint64_t PostgresBackend::session() const noexcept {
@@ -699,6 +727,7 @@ static_assert(BackendReportsHistory<PostgresBackend>);
 static_assert(BackendWaitsForRelease<PostgresBackend>);
 static_assert(BackendBatchesHeartbeats<PostgresBackend>);
 static_assert(BackendReportsCommitMode<PostgresBackend>);
+static_assert(BackendReportsDurability<PostgresBackend>);
 
 }  // namespace pgmutex
 

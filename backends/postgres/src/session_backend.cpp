@@ -134,7 +134,7 @@ bool SessionBackend::heartbeat_async(const HolderKey& key, BeatCallback done) no
   try {
     return impl_->core().add_beat({std::string(key.lock.table), std::string(key.lock.lock_name), std::string(key.instance_id),
                             key.fence, key.token, key.timeout, std::chrono::steady_clock::now() + timeout,
-                            impl_->mark, std::move(done)});
+                            impl_->mark, std::move(done), key.durable});
   } catch (...) {
     return false;  // out of memory copying the key: the caller keeps `done` unrun
   }
@@ -199,6 +199,9 @@ bool SessionBackend::run_job(std::function<void()> job) noexcept {
 
 std::uint64_t SessionBackend::session() const noexcept { return impl_ ? impl_->backend.session() : 0; }
 std::uint64_t SessionBackend::history() const noexcept { return impl_ ? impl_->backend.history() : 0; }
+HeartbeatDurability SessionBackend::last_heartbeat_durability() const noexcept {
+  return impl_ ? impl_->backend.last_heartbeat_durability() : HeartbeatDurability{};
+}
 bool SessionBackend::heartbeat_commits_asynchronously() const noexcept {
   return impl_ && impl_->backend.heartbeat_commits_asynchronously();
 }

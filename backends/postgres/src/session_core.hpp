@@ -69,6 +69,7 @@ class SessionCore : public SharedConnection {
     Deadline deadline;  // past it, the beat fails unsent (backend_unavailable)
     std::shared_ptr<DurableMark> mark;
     BeatCallback done;
+    bool durable = false;  // the mutex asks for a synchronous commit (HolderKey::durable)
   };
   // False once stopping: the beat is not taken.
   bool add_beat(Beat beat);

@@ -109,9 +109,10 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v7");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v8");
   TableStatements s;
   s.table = std::string(table);
+  s.asynchronous = heartbeat_synchronous_commit_off;
   // lock_timeout is read when a lock wait begins, so setting it inside the
   // statement (in a FROM item, evaluated before any row reaches the update)
   // bounds this statement's row-lock waits without a round trip of its own.
@@ -194,20 +195,31 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " LEFT JOIN cur AS c ON true"};
 
   // synchronous_commit is read at commit: set_config(..., true) inside the
-  // statement makes this one implicit transaction skip the WAL flush wait.
-  const std::string async_commit =
-      heartbeat_synchronous_commit_off ? ", set_config('synchronous_commit', 'off', true)" : "";
+  // statement decides it for this one implicit transaction, whatever the
+  // server, the role, the database or a pooled session says. A heartbeat the
+  // mutex counts as durable forces it on (a server with synchronous_commit
+  // off would otherwise acknowledge beats a crash forgets); an asynchronous
+  // one turns it off, and reads where the WAL ends and how far it is flushed
+  // before it writes anything (in the FROM item, evaluated before any row
+  // reaches the update): the mutex trusts an asynchronous beat only once a
+  // later answer shows its commit flushed (BackendReportsDurability).
+  const std::string force_sync =
+      ", set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
+      " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true)";
+  const std::string wal_columns = ", (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8 AS wal_before,"
+                                  " (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8 AS wal_flushed";
+  const std::string commit_mode =
+      heartbeat_synchronous_commit_off ? ", set_config('synchronous_commit', 'off', true)" + wal_columns : force_sync;
+  const std::string wal_returned = heartbeat_synchronous_commit_off ? " RETURNING cfg.wal_before, cfg.wal_flushed" : "";
   // A grant is named by instance, fence and token; a seed-made row (no token) by token 0.
   s.heartbeat = {"pgmutex_heartbeat" + suffix,
-                 "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + async_commit +
+                 "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + commit_mode +
                      ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
-                     " AND coalesce(grant_token, 0) = $4::bigint"};
+                     " AND coalesce(grant_token, 0) = $4::bigint" + wal_returned};
 
   // Raised to a synchronous commit for this statement only, as the acquire does.
   s.heartbeat_durable = {"pgmutex_heartbeat_durable" + suffix,
-                         "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") +
-                             ", set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
-                             " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
+                         "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + force_sync +
                              ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
                              " AND coalesce(grant_token, 0) = $4::bigint"};
 
@@ -218,19 +230,22 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                               " AS k(lock_name, instance_id, fence, token, i)";
   const std::string key_matches = " WHERE t.locked = 1 AND t.lock_name = k.lock_name AND t.instance_id = k.instance_id"
                                   " AND t.fence = k.fence AND coalesce(t.grant_token, 0) = k.token";
+  // Asynchronous: each row returned carries the WAL positions too (read once).
+  const std::string wal_of_cfg = heartbeat_synchronous_commit_off ? ", cfg.wal_before, cfg.wal_flushed" : "";
   s.heartbeat_many = {"pgmutex_heartbeat_many" + suffix,
                       "UPDATE " + t + " AS t SET last_heartbeat = now() FROM" + keys_of + "," +
-                          " (SELECT " + lock_timeout("$5") + async_commit + ") AS cfg" + key_matches + " RETURNING k.i"};
+                          " (SELECT " + lock_timeout("$5") + commit_mode + ") AS cfg" + key_matches + " RETURNING k.i" +
+                          wal_of_cfg};
 
   // The rows are locked first, skipping those another transaction holds; the
   // UPDATE then finds them by the unique index (locked, lock_name). The
   // lock costs a WAL record per row of its own (BENCHMARKS.md, Sessions).
   s.heartbeat_many_skip_locked = {
       "pgmutex_heartbeat_many_skip_locked" + suffix,
-      "WITH mine AS (SELECT t.lock_name, k.i FROM " + t + " AS t," + keys_of + "," +
-          " (SELECT " + lock_timeout("$5") + async_commit + ") AS cfg" + key_matches + " FOR UPDATE OF t SKIP LOCKED)"
+      "WITH mine AS (SELECT t.lock_name, k.i" + wal_of_cfg + " FROM " + t + " AS t," + keys_of + "," +
+          " (SELECT " + lock_timeout("$5") + commit_mode + ") AS cfg" + key_matches + " FOR UPDATE OF t SKIP LOCKED)"
           " UPDATE " + t + " AS t SET last_heartbeat = now() FROM mine WHERE t.locked = 1 AND t.lock_name = mine.lock_name"
-          " RETURNING mine.i"};
+          " RETURNING mine.i" + (heartbeat_synchronous_commit_off ? ", mine.wal_before, mine.wal_flushed" : "")};
 
   // The NOTIFY is sent at commit, only if the row was ours.
   s.release = {"pgmutex_release" + suffix,

@@ -18,12 +18,14 @@ struct Statement {
 // "token" is the grant token bit-cast to int64 (0: none, stored as NULL).
 struct TableStatements {
   std::string table;  // as the user wrote it (validated)
+  bool asynchronous = false;  // heartbeats commit asynchronously and return the WAL positions
   // $1 lock_name, $2 instance_id, $3 stale seconds (float8), $4 token, $5 lock_timeout, $6 host, $7 pid,
   // $8 command, $9 failover grace seconds (float8; 0 off, negative: the default).
   // Returns: ins fence, upd fence, the row seen (instance_id, fence, age,
   // token, stale), the failover grace's seconds left (NULL: none; > 0: in grace).
   Statement acquire;
   Statement heartbeat;       // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock_timeout
+                             // asynchronous: returns wal_before, wal_flushed (bytes; see BackendReportsDurability)
   Statement release;         // $1 lock_name, $2 instance_id, $3 fence, $4 token, $5 lock hash, $6 lock_timeout
   Statement inspect;         // $1 lock_name
   Statement list;            // no parameters

@@ -30,10 +30,12 @@ struct LostNotice {
 
 // Where a statement was answered: the server session (another after a
 // reconnect or a restart) and the server history (another after a failover
-// to a standby, or on another cluster: see BackendReportsHistory).
+// to a standby, or on another cluster: see BackendReportsHistory); for a
+// heartbeat, how it was committed (see BackendReportsDurability).
 struct ServerSession {
   std::uint64_t session = 0;
   std::uint64_t history = 0;
+  HeartbeatDurability durability{};
 };
 
 template <class TimePoint>
@@ -48,40 +50,58 @@ class GrantBook {
     Fence fence = 0;
     GrantToken token = 0;
     std::uint64_t generation = 0;
+    bool durable = false;  // a heartbeat of it must commit synchronously (see durable_due)
   };
 
   // `asynchronous`: an acknowledged heartbeat may still be lost (the
-  // backend commits heartbeats asynchronously). The lease then counts from the
-  // last good send that a later one, at least `interval` after it and in the
-  // same server session, confirmed to be durable: a server that crashes right
-  // after acknowledging a beat keeps the one before (Postgres makes an
-  // asynchronous commit durable within 3 x wal_writer_delay, 600 ms by
-  // default, well inside an interval), and a restart in between shows as a
-  // new session.
-  GrantBook(duration lease, bool asynchronous, duration interval) noexcept
-      : lease_(lease), asynchronous_(asynchronous), interval_(interval) {}
+  // backend commits heartbeats asynchronously). The lease then counts from
+  // the last good send the server is known to have made durable: one it
+  // committed synchronously (HeartbeatDurability::durable), or one whose
+  // commit the server's WAL flush position has since passed, as a later
+  // answer of the same server session shows (wal_before of a heartbeat sent
+  // after its answer came lies past its commit; a later wal_flushed at or
+  // past that proves it flushed). Never because time passed: a server with
+  // a slow WAL writer (wal_writer_delay) may hold an acknowledged commit in
+  // memory for as long as it likes, and a crash forgets it. A new server
+  // session starts the proof afresh (a restart may have lost the unflushed).
+  GrantBook(duration lease, bool asynchronous) noexcept : lease_(lease), asynchronous_(asynchronous) {}
 
   [[nodiscard]] duration lease() const noexcept { return lease_; }
 
   // ---- read by the guard and the mutex: never waits for I/O ------------
+  // Each read compares `now` (the monotonic clock, read by the caller at
+  // the moment of the read) with the lease deadline: a process paused past
+  // its deadline answers "lost" at its first read after it resumes, whether
+  // or not the lease timer has run yet.
 
-  [[nodiscard]] bool holds() const noexcept {
+  [[nodiscard]] bool holds(time_point now) const noexcept {
     LightLock lock(mutex_);
-    return held_ && !lost_;
+    return held_ && !lost_ && !past_deadline(now);
   }
 
   // Grant `generation` is the current one, held, and not lost.
-  [[nodiscard]] bool holds(std::uint64_t generation) const noexcept {
+  [[nodiscard]] bool holds(std::uint64_t generation, time_point now) const noexcept {
     LightLock lock(mutex_);
-    return generation == generation_ && held_ && !lost_;
+    return generation == generation_ && held_ && !lost_ && !past_deadline(now);
   }
 
   // An older grant whose guard is still alive was lost if it is among those
   // that ended lost (released through the mutex, or superseded by a new grant).
-  [[nodiscard]] bool lost(std::uint64_t generation) const noexcept {
+  [[nodiscard]] bool lost(std::uint64_t generation, time_point now) const noexcept {
     LightLock lock(mutex_);
-    if (generation == generation_) return held_ && lost_;
+    if (generation == generation_) return held_ && (lost_ || past_deadline(now));
     return std::find(ended_lost_.begin(), ended_lost_.end(), generation) != ended_lost_.end();
+  }
+
+  // Declares the lease lost if its deadline has passed at `now` and nothing
+  // declared it yet (the timer is late: a paused process, a busy timer
+  // thread). The caller announces the notice, outside every lock. Called
+  // before anything that acts on the grant, so that no action of a grant
+  // past its deadline goes out as if it were held.
+  [[nodiscard]] std::optional<LostNotice> expire(time_point now) {
+    LightLock lock(mutex_);
+    if (!held_ || lost_ || !past_deadline(now)) return std::nullopt;
+    return lose(deadline_passed(now));
   }
 
   // The guard of grant `generation` is gone: no need to remember how it ended.
@@ -103,12 +123,20 @@ class GrantBook {
       stop_source_.emplace();
       if (lost_) stop_source_->request_stop();
     }
+    if (lost_ && !stop_source_->stop_requested()) {
+      // Declared lost, and the announcement that stops this source (and
+      // runs its callbacks, off this thread) is on its way: the token the
+      // caller gets now already says so.
+      std::stop_source ended;
+      ended.request_stop();
+      return ended.get_token();
+    }
     return stop_source_->get_token();
   }
 
-  [[nodiscard]] std::optional<Grant> current() const noexcept {
+  [[nodiscard]] std::optional<Grant> current(time_point now) const noexcept {
     LightLock lock(mutex_);
-    if (!held_ || lost_) return std::nullopt;
+    if (!held_ || lost_ || past_deadline(now)) return std::nullopt;
     return Grant{fence_, token_, generation_};
   }
 
@@ -143,7 +171,6 @@ class GrantBook {
     beat_in_flight_ = false;
     stop_source_.reset();
     last_good_send_ = trusted_send_ = sent;  // an acquire commits synchronously
-    if (asynchronous_) recent_.push_back(sent);
     next_beat_at_ = std::min(next_beat, sent + lease_);
     return generation_;
   }
@@ -180,17 +207,13 @@ class GrantBook {
     LightLock lock(mutex_);
     Due due;
     if (!held_ || lost_) return due;
-    if (now - trusted_send_ >= lease_) {
-      std::string why = "no successful heartbeat for " + seconds(now - trusted_send_) + " (lease " + seconds(lease_) + ")";
-      if (trusted_send_ != last_good_send_)
-        why += "; the last, " + seconds(now - last_good_send_) +
-               " ago, is not yet known to be durable (heartbeats commit asynchronously)";
-      due.lost = lose(Error(Errc::lease_lost, std::move(why)));
+    if (past_deadline(now)) {
+      due.lost = lose(deadline_passed(now));
       return due;
     }
     if (!beat_in_flight_ && now >= next_beat_at_) {
       beat_in_flight_ = true;
-      due.beat = Grant{fence_, token_, generation_};
+      due.beat = Grant{fence_, token_, generation_, durable_due(now)};
     }
     due.next_wakeup = next_wakeup();
     return due;
@@ -198,11 +221,11 @@ class GrantBook {
 
   // The grant a manual heartbeat of `generation` is for, if it may go out
   // (the automatic ones are started by on_timer).
-  Result<Grant> beat_grant(std::uint64_t generation) const {
+  Result<Grant> beat_grant(std::uint64_t generation, time_point now) const {
     LightLock lock(mutex_);
     if (!held_ || generation != generation_) return fail(Errc::lock_not_held, "not held through this object");
     if (lost_) return fail(Errc::lock_not_held, lost_reason_.message());
-    return Grant{fence_, token_, generation_};
+    return Grant{fence_, token_, generation_, durable_due(now)};
   }
 
   // A beat that on_timer started could not go out (no thread or memory for
@@ -221,6 +244,7 @@ class GrantBook {
   struct Applied {
     std::optional<LostNotice> lost;
     std::optional<time_point> next_wakeup;
+    std::optional<time_point> renewed;  // the lease deadline, if this answer moved it
     int failures = 0;
   };
   Applied apply_beat(const Grant& g, time_point sent, time_point now, const Result<void>& answer, bool automatic,
@@ -229,7 +253,17 @@ class GrantBook {
     Applied out;
     if (automatic && g.generation == generation_) beat_in_flight_ = false;
     if (!held_ || lost_ || g.generation != generation_) return out;
+    if (past_deadline(now)) {
+      // The deadline passed before this answer was read (a paused process, a
+      // late timer): lost, whatever the answer says. Never un-lose: a reader
+      // may already have been told.
+      Error why = deadline_passed(now);
+      if (!answer) why.detail += "; last error: " + answer.error().message();
+      out.lost = lose(std::move(why));
+      return out;
+    }
     if (answer) {
+      const time_point trusted_before = trusted_send_;
       // Never un-lose: a late success after the deadline changes nothing (checked above).
       if (at.history != last_good_history_) {
         // A failover (or another cluster) since the last good answer: what
@@ -242,13 +276,16 @@ class GrantBook {
         trusted_send_ = last_good_send_ = sent;
         last_good_session_ = at.session;
         last_good_history_ = at.history;
-      } else if (sent > last_good_send_) {
-        if (!asynchronous_) trusted_send_ = sent;
-        else confirm(sent, at.session);
-        last_good_send_ = sent;
-        last_good_session_ = at.session;
+      } else {
+        if (!asynchronous_ || at.durability.durable) trusted_send_ = std::max(trusted_send_, sent);
+        else confirm(sent, now, at);
+        if (sent > last_good_send_) {
+          last_good_send_ = sent;
+          last_good_session_ = at.session;
+        }
       }
       failures_ = 0;
+      if (trusted_send_ != trusted_before) out.renewed = trusted_send_ + lease_;
       if (automatic) next_beat_at_ = std::min(now + interval, trusted_send_ + lease_);
     } else if (answer.error() == Errc::lock_not_held) {
       out.lost = lose(Error(Errc::lease_lost, "row gone or granted to another holder: " + answer.error().detail));
@@ -256,11 +293,6 @@ class GrantBook {
     } else {
       // Transient: retried soon, never taken as loss by itself; the deadline decides.
       out.failures = ++failures_;
-      if (now - trusted_send_ >= lease_) {
-        out.lost = lose(Error(Errc::lease_lost, "no successful heartbeat within the lease of " + seconds(lease_) +
-                                                    "; last error: " + answer.error().message()));
-        return out;
-      }
       if (automatic) {
         const duration backoff = retry_base * (1 << std::min(failures_ - 1, 6));
         next_beat_at_ = std::min(now + std::min(interval, backoff), trusted_send_ + lease_);
@@ -271,18 +303,49 @@ class GrantBook {
   }
 
  private:
-  // Called with mutex_ held, for asynchronous commits: a good send at `sent`
-  // in `session` confirms every earlier good send of the same session at
-  // least an interval older (the server had time to make it durable, and did
-  // not restart in between); the lease counts from the newest confirmed one.
-  void confirm(time_point sent, std::uint64_t session) {
-    if (session != last_good_session_) recent_.clear();  // a restart may have lost them: never confirmed
-    while (!recent_.empty() && sent - recent_.front() >= interval_) {
-      trusted_send_ = std::max(trusted_send_, recent_.front());
-      recent_.pop_front();
+  // Called with mutex_ held, for an asynchronous commit acknowledged at
+  // `answered` for a heartbeat sent at `sent`, answered in `at`. Its
+  // wal_before lies past the commit of every earlier heartbeat whose answer
+  // came before `sent` (the server had committed them when this one began),
+  // so it becomes their witness; every witness at or below its wal_flushed
+  // is on disk, and the lease counts from the newest such send. A backend
+  // that tells no WAL position (0) confirms nothing this way.
+  void confirm(time_point sent, time_point answered, const ServerSession& at) {
+    if (at.session != last_good_session_) recent_.clear();  // a restart may have lost them: never confirmed
+    const HeartbeatDurability& wal = at.durability;
+    if (wal.wal_before != 0) {
+      for (Unconfirmed& u : recent_)
+        if (u.witness == 0 && u.answered <= sent) u.witness = wal.wal_before;
+      std::erase_if(recent_, [&](const Unconfirmed& u) {
+        if (u.witness == 0 || u.witness > wal.wal_flushed) return false;
+        trusted_send_ = std::max(trusted_send_, u.sent);
+        return true;
+      });
     }
     if (recent_.size() == max_recent) recent_.pop_front();  // spammed manual beats: keep the newest, stay conservative
-    recent_.push_back(sent);
+    recent_.push_back(Unconfirmed{sent, answered, 0});
+  }
+
+  // Called with mutex_ held.
+  [[nodiscard]] bool past_deadline(time_point now) const noexcept { return held_ && now - trusted_send_ >= lease_; }
+
+  // Called with mutex_ held: whether the next heartbeat must commit
+  // synchronously. Asynchronous ones count only once the server shows them
+  // flushed; a server whose WAL writer is slow (wal_writer_delay up to 10 s)
+  // or busy may show none for longer than the lease, and the lease would be
+  // lost on a healthy server. Half the lease without proof: one durable beat.
+  [[nodiscard]] bool durable_due(time_point now) const noexcept {
+    return asynchronous_ && now - trusted_send_ >= lease_ / 2;
+  }
+
+  // Called with mutex_ held: why a lease whose deadline passed at `now` is lost.
+  Error deadline_passed(time_point now) const {
+    std::string why = "no successful heartbeat for " + seconds(now - trusted_send_) + " (lease " + seconds(lease_) + ")";
+    if (trusted_send_ != last_good_send_)
+      why += "; the last, " + seconds(now - last_good_send_) +
+             " ago, is not yet known to be durable (heartbeats commit asynchronously; the server has not yet"
+             " shown it flushed)";
+    return Error(Errc::lease_lost, std::move(why));
   }
 
   // Called with mutex_ held.
@@ -311,7 +374,6 @@ class GrantBook {
 
   const duration lease_;
   const bool asynchronous_;
-  const duration interval_;
   mutable LightMutex mutex_;
   bool held_ = false;
   bool lost_ = false;
@@ -323,8 +385,14 @@ class GrantBook {
   time_point last_good_send_{};        // send time of the last heartbeat (or acquire) the server accepted
   std::uint64_t last_good_session_ = 0;  // the server session that acknowledged last_good_send_
   std::uint64_t last_good_history_ = 0;  // the server history that acknowledged last_good_send_
+  // An acknowledged asynchronous heartbeat not yet known to be durable.
+  struct Unconfirmed {
+    time_point sent;
+    time_point answered;
+    std::uint64_t witness;  // a WAL position past its commit; 0: none yet
+  };
   static constexpr std::size_t max_recent = 64;
-  std::deque<time_point> recent_;        // asynchronous: good sends of this session not yet confirmed durable
+  std::deque<Unconfirmed> recent_;       // asynchronous: good sends of this session not yet confirmed durable
   std::vector<std::uint64_t> ended_lost_;  // grants that ended lost while their guards live
   time_point trusted_send_{};          // the one the lease counts from: the last, or with asynchronous commits the last confirmed durable
   time_point next_beat_at_{};

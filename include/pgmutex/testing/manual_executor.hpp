@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stop_token>
+#include <string>
 #include <utility>
 
 #include "pgmutex/executor.hpp"
@@ -33,10 +35,28 @@ class ManualExecutor {
     return e;
   }
 
+  // A handle on the same queue and time line whose tasks belong to `group`
+  // (a simulated process): pause(group) holds them back, as a process
+  // stopped by SIGSTOP or a timer thread that is not scheduled; they run,
+  // late and in order, once resume(group) lets them.
+  [[nodiscard]] ManualExecutor in_group(std::string group) const {
+    ManualExecutor e = *this;
+    e.group_ = std::move(group);
+    return e;
+  }
+  void pause(const std::string& group) {
+    std::lock_guard lock(state_->mutex);
+    state_->paused.insert(group);
+  }
+  void resume(const std::string& group) {
+    std::lock_guard lock(state_->mutex);
+    state_->paused.erase(group);
+  }
+
   TaskId schedule_after(std::chrono::nanoseconds delay, Task task) {
     std::lock_guard lock(state_->mutex);
     const TaskId id = ++state_->last_id;
-    state_->queue.emplace(Key{state_->clock.now() + true_delay(delay), id}, std::move(task));
+    state_->queue.emplace(Key{state_->clock.now() + true_delay(delay), id}, Entry{std::move(task), group_});
     return id;
   }
 
@@ -57,15 +77,8 @@ class ManualExecutor {
   bool wait_until(std::optional<ManualClock::time_point> deadline, Ready&& ready) {
     for (;;) {
       if (ready()) return true;
-      Task task;
-      {
-        std::lock_guard lock(state_->mutex);
-        const auto first = state_->queue.begin();
-        if (first == state_->queue.end() || (deadline && first->first.due > *deadline)) break;
-        state_->clock.set(first->first.due);
-        task = std::move(first->second);
-        state_->queue.erase(first);
-      }
+      Task task = take_due(deadline);
+      if (!task) break;
       task();
     }
     if (deadline) state_->clock.set(*deadline);
@@ -84,15 +97,8 @@ class ManualExecutor {
 
   void run_until(ManualClock::time_point target) {
     for (;;) {
-      Task task;
-      {
-        std::lock_guard lock(state_->mutex);
-        const auto first = state_->queue.begin();
-        if (first == state_->queue.end() || first->first.due > target) break;
-        state_->clock.set(first->first.due);
-        task = std::move(first->second);
-        state_->queue.erase(first);
-      }
+      Task task = take_due(target);
+      if (!task) break;
       task();
     }
     state_->clock.set(target);
@@ -107,6 +113,22 @@ class ManualExecutor {
   }
 
  private:
+  // The first task due by `until` (any time: nullopt) whose group is not
+  // paused, taken out of the queue with time moved to its due time (never
+  // back: a held task that was due before runs at the current time).
+  Task take_due(std::optional<ManualClock::time_point> until) {
+    std::lock_guard lock(state_->mutex);
+    for (auto it = state_->queue.begin(); it != state_->queue.end(); ++it) {
+      if (until && it->first.due > *until) break;
+      if (!state_->paused.empty() && state_->paused.contains(it->second.group)) continue;
+      state_->clock.set(it->first.due);
+      Task task = std::move(it->second.task);
+      state_->queue.erase(it);
+      return task;
+    }
+    return {};
+  }
+
   // A delay on this handle's clock, in true time, rounded up: a timer never
   // fires before its own clock reaches the due time.
   [[nodiscard]] std::chrono::nanoseconds true_delay(std::chrono::nanoseconds d) const noexcept {
@@ -120,15 +142,21 @@ class ManualExecutor {
     TaskId id;
     bool operator<(const Key& other) const { return due != other.due ? due < other.due : id < other.id; }
   };
+  struct Entry {
+    Task task;
+    std::string group;
+  };
   struct State {
     explicit State(ManualClock c) : clock(std::move(c)) {}
     ManualClock clock;
     mutable std::mutex mutex;
-    std::map<Key, Task> queue;
+    std::map<Key, Entry> queue;
+    std::set<std::string, std::less<>> paused;
     TaskId last_id = 0;
   };
   std::shared_ptr<State> state_;
   double rate_ = 1.0;
+  std::string group_;  // "" unless in_group: never paused but by name
 };
 
 }  // namespace pgmutex::testing

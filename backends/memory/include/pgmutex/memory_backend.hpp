@@ -447,6 +447,16 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     if (durable(row.last_heartbeat)) row.durable_heartbeat = row.last_heartbeat;
     row.last_heartbeat = now();
   }
+  // Called with mutex_ held: the write-ahead log as a heartbeat starting now
+  // sees it, for BackendReportsDurability. A position is a server time (+1,
+  // so that 0 stays "not told"): a commit at t is on disk once the flushed
+  // position reaches t, as durable() says.
+  HeartbeatDurability wal_now(bool durable_commit) const {
+    const auto position = [](std::chrono::nanoseconds t) { return static_cast<std::uint64_t>(t.count()) + 1; };
+    const std::chrono::nanoseconds flushed =
+        flush_delay_ <= std::chrono::nanoseconds::zero() ? now() : std::max(last_flush_, now() - flush_delay_);
+    return HeartbeatDurability{durable_commit, position(now()), position(flushed)};
+  }
   // Called with mutex_ held: a synchronous commit flushes every earlier one.
   // Only asynchronous heartbeats need the time of it: no clock read otherwise.
   void flush() {
@@ -598,16 +608,25 @@ class MemoryBackend {
   }
 
   Result<void> heartbeat(const HolderKey& key) noexcept {
+    last_durability_ = {};
     return on_holder_row(key, [&](MemoryServer::Row& row) {
-      server_->beat(row);
-      // The first heartbeat after a failover is durable (BackendReportsHistory).
+      // The first heartbeat after a failover is durable (BackendReportsHistory),
+      // and one the mutex asks to be (HolderKey::durable).
       const std::uint64_t history = server_->history_.load(std::memory_order_relaxed);
-      if (beat_history_ != history) {
+      const bool durable = key.durable || beat_history_ != history;
+      last_durability_ = server_->wal_now(durable);
+      server_->beat(row);
+      if (durable) {
+        server_->flush();  // a synchronous commit flushes every earlier one
         row.durable_heartbeat = row.last_heartbeat;
         beat_history_ = history;
       }
     });
   }
+
+  // How the last heartbeat (or heartbeat_many) was committed: see
+  // BackendReportsDurability and MemoryServer::set_asynchronous_heartbeats.
+  [[nodiscard]] HeartbeatDurability last_heartbeat_durability() const noexcept { return last_durability_; }
 
   Result<void> release(const HolderKey& key) noexcept {
     return on_holder_row(key, [&](MemoryServer::Row& row) {
@@ -624,6 +643,8 @@ class MemoryBackend {
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
     std::vector<bool> held;
     held.reserve(keys.size());
+    const bool durable = std::any_of(keys.begin(), keys.end(), [](const HolderKey& k) { return k.durable; });
+    last_durability_ = server_->wal_now(durable);
     for (const HolderKey& key : keys) {
       auto found = row_for(key.lock);
       if (!found) return tl::unexpected(std::move(found.error()));
@@ -631,6 +652,7 @@ class MemoryBackend {
       if (row != nullptr) server_->beat(*row);
       held.push_back(row != nullptr);
     }
+    if (durable) server_->flush();
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
     return held;
   }
@@ -730,6 +752,7 @@ class MemoryBackend {
 
   std::shared_ptr<MemoryServer> server_;
   std::string connection_;
+  HeartbeatDurability last_durability_{};
   std::chrono::nanoseconds statement_timeout_{std::chrono::seconds(30)};
   // Touched only with the server's mutex held.
   std::string cached_table_;

@@ -142,6 +142,10 @@ class PostgresBackend {
   // history). The first heartbeat after such a change commits synchronously
   // (see BackendReportsHistory). Always 0 over a pool: not detected there.
   [[nodiscard]] std::uint64_t history() const noexcept;
+  // How the last heartbeat (or heartbeat_many) was committed: synchronously
+  // (durable), or asynchronously with the server's WAL end and flush
+  // positions read when it began (see BackendReportsDurability).
+  [[nodiscard]] HeartbeatDurability last_heartbeat_durability() const noexcept;
   // "<system identifier>/<timeline>" of the server the own connection last
   // reached ("" unknown, or over a pool): for logs and tests.
   [[nodiscard]] std::string server_identity() const;

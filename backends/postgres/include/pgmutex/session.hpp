@@ -124,6 +124,7 @@ class SessionBackend {
   bool run_job(std::function<void()> job) noexcept;
   [[nodiscard]] std::uint64_t session() const noexcept;
   [[nodiscard]] std::uint64_t history() const noexcept;
+  [[nodiscard]] HeartbeatDurability last_heartbeat_durability() const noexcept;
   [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept;
 
   [[nodiscard]] const std::shared_ptr<Session>& owner() const noexcept;

@@ -30,13 +30,22 @@ class Simulation {
   }
 
   // An instance whose client clock runs `clock_rate` times as fast as true
-  // time (1.05: 5% fast), its timers too; the server keeps true time.
+  // time (1.05: 5% fast), its timers too; the server keeps true time. Its
+  // timers can be held back by pause(instance_id).
   template <Metrics M = NoMetrics>
   BasicSimMutex<M> instance(Options options, M metrics, double clock_rate) {
     std::string connection = options.instance_id;
+    ManualExecutor own = executor_.drifting(clock_rate).in_group(connection);
     return BasicSimMutex<M>(MemoryBackend(server_, std::move(connection)), std::move(options),
-                            clock_.drifting(clock_rate), std::move(metrics), executor_.drifting(clock_rate));
+                            clock_.drifting(clock_rate), std::move(metrics), std::move(own));
   }
+
+  // Holds back the timers and posted tasks of the instance made with
+  // `instance_id` (by the form above that takes a clock rate) while time
+  // goes on: its process is stopped (SIGSTOP), or its timer thread is not
+  // scheduled. resume() lets them run, late, at the next advance or run_due().
+  void pause(const std::string& instance_id) { executor_.pause(instance_id); }
+  void resume(const std::string& instance_id) { executor_.resume(instance_id); }
 
   // A raw connection, to look at or change the table directly.
   [[nodiscard]] MemoryBackend connection(std::string name = "observer") const { return MemoryBackend(server_, std::move(name)); }
