@@ -1,15 +1,19 @@
 #include "io_pool.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace pgmutex::detail {
 namespace {
 
 using namespace std::chrono_literals;
+
+std::atomic<bool> fail_thread_creation_for_tests{false};
 
 class IoPool {
  public:
@@ -22,6 +26,8 @@ class IoPool {
     }
     // Every thread is busy (or about to take a queued task): one more.
     lock.unlock();
+    if (fail_thread_creation_for_tests.load(std::memory_order_relaxed))
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "injected");
     std::thread([this] { run(); }).detach();
   }
 
@@ -63,5 +69,9 @@ IoPool& pool() {
 }  // namespace
 
 void post_to_io_pool(Task task) { pool().post(std::move(task)); }
+
+void testing::fail_thread_creation(bool fail) noexcept {
+  fail_thread_creation_for_tests.store(fail, std::memory_order_relaxed);
+}
 
 }  // namespace pgmutex::detail

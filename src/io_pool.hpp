@@ -10,4 +10,11 @@ namespace pgmutex::detail {
 // idles for a while ends, so a quiet process keeps no threads.
 void post_to_io_pool(Task task);
 
+namespace testing {
+
+// While set, every creation of an I/O thread fails as if the system had no
+// threads left. For tests only; read only when a thread is about to be created.
+void fail_thread_creation(bool fail) noexcept;
+
+}  // namespace testing
 }  // namespace pgmutex::detail
