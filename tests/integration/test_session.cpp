@@ -13,6 +13,7 @@
 
 #include "fault_proxy.hpp"
 #include "pgmutex/session.hpp"
+#include "pgmutex/testing/recording_metrics.hpp"
 #include "session_core.hpp"
 #include "support.hpp"
 
@@ -28,6 +29,9 @@ using pgmutex::SessionBackend;
 using pgmutex::SessionMutex;
 using pgmutex::SessionOptions;
 using pgmutex::WatchRequest;
+using RecordingMutex = pgmutex::BasicMutex<PostgresBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
+using RecordingSessionMutex =
+    pgmutex::BasicMutex<SessionBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
 
 namespace {
 
@@ -611,4 +615,35 @@ TEST_CASE("a session with options that cannot work is refused, naming the option
   auto fine = Session::create(pgmutex::nothrow, "", pgmutex::SessionOptions{});
   REQUIRE(fine);
   CHECK((*fine)->connect());
+}
+
+TEST_CASE("a heartbeat timeout equal to the session's tick: each beat goes out before its deadline",
+          "[session][tick]") {
+  // stale 3 s, interval 100 ms: the mutex derives a 0.1 s heartbeat timeout,
+  // the session's default tick. A beat that waited the whole tick would fail
+  // unsent, every time, and the lease would run out with nothing sent.
+  const std::string table = fresh_table("session_tick");
+  auto session = Session::create("");
+  REQUIRE(session->options().heartbeat_tick == 100ms);
+  auto o = options(table, "tick", "holder");
+  o.stale_threshold = 3s;
+  o.alert_threshold = 2s;
+  o.heartbeat_interval = 100ms;
+  RecordingSessionMutex holder(session->backend(), o);
+  REQUIRE(holder.options().heartbeat_timeout == 100ms);
+  holder.create_schema();
+  auto guard = holder.try_acquire();
+  REQUIRE(guard);
+  const auto before = session->stats();
+  std::this_thread::sleep_for(5s);  // > the lease (2.7 s)
+  const auto after = session->stats();
+  const auto beats = after.heartbeats - before.heartbeats;
+  std::printf("tick 100 ms, heartbeat timeout 100 ms: %llu heartbeats sent in 5 s, %zu failed, lost: %s\n",
+              static_cast<unsigned long long>(beats), holder.metrics().count("heartbeat_failed"),
+              guard.lost() ? "yes" : "no");
+  CHECK_FALSE(guard.lost());
+  CHECK(holder.held());
+  CHECK(beats >= 20);  // one per interval and wait: about 30
+  CHECK(holder.metrics().count("heartbeat_failed") == 0);
+  guard.release();
 }
