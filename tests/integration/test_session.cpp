@@ -647,3 +647,104 @@ TEST_CASE("a heartbeat timeout equal to the session's tick: each beat goes out b
   CHECK(holder.metrics().count("heartbeat_failed") == 0);
   guard.release();
 }
+
+namespace {
+
+// A login role with one setting of its own (ALTER ROLE ... SET), the lock
+// table's privileges, and nothing else; dropped at the end.
+struct RoleWith {
+  std::string name;
+  RoleWith(const std::string& table, const std::string& setting) : name(fresh_table("role")) {
+    admin("CREATE ROLE " + name + " LOGIN");
+    admin("ALTER ROLE " + name + " SET " + setting);
+    admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + name);
+    admin("GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + name);
+  }
+  RoleWith(const RoleWith&) = delete;
+  RoleWith& operator=(const RoleWith&) = delete;
+  ~RoleWith() {
+    try {
+      admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '" + name + "'");
+      admin("DROP OWNED BY " + name);
+      admin("DROP ROLE " + name);
+    } catch (...) {  // a role left behind costs nothing
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("role settings: idle sessions closed, statement and idle-transaction timeouts, serializable: "
+          "every lock keeps its lease",
+          "[session][roles]") {
+  // idle_session_timeout (300 ms) below the heartbeat interval (1 s): the
+  // server closes every connection between two beats, so each beat meets a
+  // new server session, where the unconfirmed asynchronous ones may be gone.
+  // The first heartbeat after any reconnect is durable, and counts alone.
+  const std::string table = fresh_table("session_roles");
+  REQUIRE(PostgresBackend("").create_schema(table));
+  const std::vector<std::string> settings = {"idle_session_timeout = '300ms'", "statement_timeout = '20ms'",
+                                             "idle_in_transaction_session_timeout = '10ms'",
+                                             "default_transaction_isolation = 'serializable'"};
+  // Lease 2.5 s: an untrusted beat shows within the 5 s held.
+  const auto opts = [&](const std::string& lock) {
+    auto o = options(table, lock, "holder");
+    o.heartbeat_interval = 1s;
+    o.alert_threshold = 3s;
+    o.stale_threshold = 4s;
+    return o;
+  };
+  constexpr int per_session = 3;
+  struct Held {
+    std::unique_ptr<RoleWith> role;
+    std::shared_ptr<Session> session;
+    std::unique_ptr<RecordingMutex> plain;
+    std::optional<RecordingMutex::guard_type> plain_guard;
+    std::vector<RecordingSessionMutex> shared;
+    std::vector<RecordingSessionMutex::guard_type> shared_guards;
+  };
+  std::vector<Held> held(settings.size());
+  for (std::size_t r = 0; r < settings.size(); ++r) {
+    Held& h = held[r];
+    h.role = std::make_unique<RoleWith>(table, settings[r]);
+    const std::string dsn = "user=" + h.role->name;
+    pgmutex::PostgresOptions po;
+    REQUIRE(po.heartbeat_synchronous_commit_off);  // the default: heartbeats commit asynchronously
+    h.plain = std::make_unique<RecordingMutex>(PostgresBackend(dsn, po), opts("plain" + std::to_string(r)));
+    h.plain_guard.emplace(h.plain->try_acquire());
+    REQUIRE(*h.plain_guard);
+    h.session = Session::create(dsn);
+    h.shared.reserve(per_session);  // a guard's mutex never moves
+    for (int i = 0; i < per_session; ++i) {
+      h.shared.emplace_back(h.session->backend(), opts("shared" + std::to_string(r) + "_" + std::to_string(i)));
+      h.shared_guards.push_back(h.shared.back().try_acquire());
+      REQUIRE(h.shared_guards.back());
+    }
+  }
+  std::vector<pgmutex::SessionStats> before;
+  for (const Held& h : held) before.push_back(h.session->stats());
+  std::this_thread::sleep_for(5s);
+  for (std::size_t r = 0; r < settings.size(); ++r) {
+    Held& h = held[r];
+    const auto after = h.session->stats();
+    int shared_lost = 0;
+    for (const auto& g : h.shared_guards) shared_lost += g.lost() ? 1 : 0;
+    std::printf("role with %s: plain Mutex %zu heartbeats (%zu failed), lost: %s; session: %llu heartbeats, "
+                "%llu connects, %d of %d locks lost\n",
+                settings[r].c_str(), h.plain->metrics().count("heartbeat_latency"),
+                h.plain->metrics().count("heartbeat_failed"), h.plain_guard->lost() ? "yes" : "no",
+                static_cast<unsigned long long>(after.heartbeats - before[r].heartbeats),
+                static_cast<unsigned long long>(after.connects), shared_lost, per_session);
+    INFO(settings[r]);
+    CHECK_FALSE(h.plain_guard->lost());
+    CHECK(h.plain->metrics().count("lost") == 0);
+    CHECK(h.plain->metrics().count("heartbeat_latency") >= 3);
+    CHECK(shared_lost == 0);
+    CHECK(after.heartbeats - before[r].heartbeats >= 3 * per_session);
+    if (r == 0) CHECK(after.connects >= 3);  // the server did close the idle connections
+  }
+  for (Held& h : held) {
+    CHECK(h.plain_guard->release(pgmutex::nothrow));
+    for (auto& g : h.shared_guards) CHECK(g.release(pgmutex::nothrow));
+  }
+}
