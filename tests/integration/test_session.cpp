@@ -748,3 +748,54 @@ TEST_CASE("role settings: idle sessions closed, statement and idle-transaction t
     for (auto& g : h.shared_guards) CHECK(g.release(pgmutex::nothrow));
   }
 }
+
+TEST_CASE("the connection drops between a waiter's LISTEN and its read: it listens again, wakes on the release",
+          "[session][reconnect][listen]") {
+  const std::string table = fresh_table("session_lost_listen");
+  const std::string tag = fresh_tag("pgmutex_lost_listen");
+  PostgresBackend holder("");
+  REQUIRE(holder.create_schema(table));
+  auto held = holder.try_acquire(request(table, "w", "first"));
+  REQUIRE((held && held->acquired));
+
+  FaultProxy proxy;
+  auto session = Session::create(proxy.dsn() + " application_name=" + tag);
+  REQUIRE(session->options().recheck_interval == 30s);
+  REQUIRE(session->connect());
+  // The default thresholds (stale 600 s): no stale deadline wakes the waiter meanwhile.
+  SessionMutex waiter(session->backend(), options(table, "w", "waiter"));
+  // The proxy forwards the waiter's try and its LISTEN, then drops the
+  // connection (RST) as the read of the row goes out: the read is retried on
+  // a fresh connection, which has no LISTEN.
+  proxy.set("drop-after-listen");
+  std::atomic<bool> got{false};
+  std::atomic<std::chrono::steady_clock::rep> got_at{0};
+  Crew crew;
+  crew.threads.emplace_back([&] {
+    auto g = waiter.acquire(20s, crew.stop.get_token());
+    if (!g) return;
+    got_at = std::chrono::steady_clock::now().time_since_epoch().count();
+    got = true;
+    (void)g.release(pgmutex::nothrow);
+  });
+  REQUIRE(poll_until([&] { return proxy.mode() == "pass"; }, 10s));  // the drop happened
+  REQUIRE(poll_until([&] { return session->stats().connects >= 2; }, 10s));
+  std::this_thread::sleep_for(500ms);  // the waiter waits (registered on the fresh connection)
+  CHECK_FALSE(got.load());
+  CHECK(connections_named(tag) == 1);
+
+  const auto released_at = std::chrono::steady_clock::now();
+  REQUIRE(holder.release(HolderKey{{table, "w"}, "first", held->fence, 7}));
+  const bool woke = poll_until([&] { return got.load(); }, 10s);
+  const auto latency = woke ? std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(got_at.load())) -
+                                  released_at
+                            : std::chrono::steady_clock::now() - released_at;
+  std::printf("LISTEN lost before the waiter's read: woke %.3f s after the release%s (re-check every 30 s); "
+              "%llu connects, %llu notifications\n",
+              std::chrono::duration<double>(latency).count(), woke ? "" : " (not yet: gave up)",
+              static_cast<unsigned long long>(session->stats().connects),
+              static_cast<unsigned long long>(session->stats().notifications));
+  CHECK(woke);
+  CHECK(latency < 5s);
+  CHECK(session->stats().notifications >= 1);  // woken by the NOTIFY, on the fresh LISTEN
+}
