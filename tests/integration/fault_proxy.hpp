@@ -1,5 +1,6 @@
 // tests/tools/fault_proxy.py from a test: started between the backend and the
-// server, switched between pass, delay, reset and freeze, stopped at the end.
+// server, switched between pass, delay, reset, freeze and drop-after-listen,
+// stopped at the end.
 #pragma once
 
 #include <netinet/in.h>
@@ -60,8 +61,15 @@ class FaultProxy {
     return "host=127.0.0.1 port=" + port_ + " dbname=" + s.database + " user=" + s.user;
   }
 
-  // pass | delay MS | reset | freeze; returns once the proxy applies it.
-  void set(const std::string& mode) {
+  // pass | delay MS | reset | freeze | drop-after-listen; returns once the proxy applies it.
+  void set(const std::string& mode) { (void)ask(mode); }
+
+  // The mode in force: "pass" once a drop-after-listen has fired.
+  [[nodiscard]] std::string mode() { return ask("mode").substr(3); }
+
+ private:
+  // Sends one control line; returns the reply ("ok ...").
+  std::string ask(const std::string& mode) {
     const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(sock >= 0);
     sockaddr_in address{};
@@ -74,10 +82,10 @@ class FaultProxy {
     Child reply{-1, sock};
     const std::string answer = read_line(reply, std::chrono::milliseconds(5000));
     ::close(sock);
-    REQUIRE(answer.starts_with("ok"));
+    REQUIRE(answer.starts_with("ok "));
+    return answer;
   }
 
- private:
   pid_t pid_ = -1;
   Child child_;
   std::string port_;

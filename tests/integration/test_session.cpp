@@ -13,6 +13,7 @@
 
 #include "fault_proxy.hpp"
 #include "pgmutex/session.hpp"
+#include "pgmutex/testing/recording_metrics.hpp"
 #include "session_core.hpp"
 #include "support.hpp"
 
@@ -28,6 +29,9 @@ using pgmutex::SessionBackend;
 using pgmutex::SessionMutex;
 using pgmutex::SessionOptions;
 using pgmutex::WatchRequest;
+using RecordingMutex = pgmutex::BasicMutex<PostgresBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
+using RecordingSessionMutex =
+    pgmutex::BasicMutex<SessionBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
 
 namespace {
 
@@ -611,4 +615,187 @@ TEST_CASE("a session with options that cannot work is refused, naming the option
   auto fine = Session::create(pgmutex::nothrow, "", pgmutex::SessionOptions{});
   REQUIRE(fine);
   CHECK((*fine)->connect());
+}
+
+TEST_CASE("a heartbeat timeout equal to the session's tick: each beat goes out before its deadline",
+          "[session][tick]") {
+  // stale 3 s, interval 100 ms: the mutex derives a 0.1 s heartbeat timeout,
+  // the session's default tick. A beat that waited the whole tick would fail
+  // unsent, every time, and the lease would run out with nothing sent.
+  const std::string table = fresh_table("session_tick");
+  auto session = Session::create("");
+  REQUIRE(session->options().heartbeat_tick == 100ms);
+  auto o = options(table, "tick", "holder");
+  o.stale_threshold = 3s;
+  o.alert_threshold = 2s;
+  o.heartbeat_interval = 100ms;
+  RecordingSessionMutex holder(session->backend(), o);
+  REQUIRE(holder.options().heartbeat_timeout == 100ms);
+  holder.create_schema();
+  auto guard = holder.try_acquire();
+  REQUIRE(guard);
+  const auto before = session->stats();
+  std::this_thread::sleep_for(5s);  // > the lease (2.7 s)
+  const auto after = session->stats();
+  const auto beats = after.heartbeats - before.heartbeats;
+  std::printf("tick 100 ms, heartbeat timeout 100 ms: %llu heartbeats sent in 5 s, %zu failed, lost: %s\n",
+              static_cast<unsigned long long>(beats), holder.metrics().count("heartbeat_failed"),
+              guard.lost() ? "yes" : "no");
+  CHECK_FALSE(guard.lost());
+  CHECK(holder.held());
+  CHECK(beats >= 20);  // one per interval and wait: about 30
+  CHECK(holder.metrics().count("heartbeat_failed") == 0);
+  guard.release();
+}
+
+namespace {
+
+// A login role with one setting of its own (ALTER ROLE ... SET), the lock
+// table's privileges, and nothing else; dropped at the end.
+struct RoleWith {
+  std::string name;
+  RoleWith(const std::string& table, const std::string& setting) : name(fresh_table("role")) {
+    admin("CREATE ROLE " + name + " LOGIN");
+    admin("ALTER ROLE " + name + " SET " + setting);
+    admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + name);
+    admin("GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + name);
+  }
+  RoleWith(const RoleWith&) = delete;
+  RoleWith& operator=(const RoleWith&) = delete;
+  ~RoleWith() {
+    try {
+      admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '" + name + "'");
+      admin("DROP OWNED BY " + name);
+      admin("DROP ROLE " + name);
+    } catch (...) {  // a role left behind costs nothing
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("role settings: idle sessions closed, statement and idle-transaction timeouts, serializable: "
+          "every lock keeps its lease",
+          "[session][roles]") {
+  // idle_session_timeout (300 ms) below the heartbeat interval (1 s): the
+  // server closes every connection between two beats, so each beat meets a
+  // new server session, where the unconfirmed asynchronous ones may be gone.
+  // The first heartbeat after any reconnect is durable, and counts alone.
+  const std::string table = fresh_table("session_roles");
+  REQUIRE(PostgresBackend("").create_schema(table));
+  const std::vector<std::string> settings = {"idle_session_timeout = '300ms'", "statement_timeout = '20ms'",
+                                             "idle_in_transaction_session_timeout = '10ms'",
+                                             "default_transaction_isolation = 'serializable'"};
+  // Lease 2.5 s: an untrusted beat shows within the 5 s held.
+  const auto opts = [&](const std::string& lock) {
+    auto o = options(table, lock, "holder");
+    o.heartbeat_interval = 1s;
+    o.alert_threshold = 3s;
+    o.stale_threshold = 4s;
+    return o;
+  };
+  constexpr int per_session = 3;
+  struct Held {
+    std::unique_ptr<RoleWith> role;
+    std::shared_ptr<Session> session;
+    std::unique_ptr<RecordingMutex> plain;
+    std::optional<RecordingMutex::guard_type> plain_guard;
+    std::vector<RecordingSessionMutex> shared;
+    std::vector<RecordingSessionMutex::guard_type> shared_guards;
+  };
+  std::vector<Held> held(settings.size());
+  for (std::size_t r = 0; r < settings.size(); ++r) {
+    Held& h = held[r];
+    h.role = std::make_unique<RoleWith>(table, settings[r]);
+    const std::string dsn = "user=" + h.role->name;
+    pgmutex::PostgresOptions po;
+    REQUIRE(po.heartbeat_synchronous_commit_off);  // the default: heartbeats commit asynchronously
+    h.plain = std::make_unique<RecordingMutex>(PostgresBackend(dsn, po), opts("plain" + std::to_string(r)));
+    h.plain_guard.emplace(h.plain->try_acquire());
+    REQUIRE(*h.plain_guard);
+    h.session = Session::create(dsn);
+    h.shared.reserve(per_session);  // a guard's mutex never moves
+    for (int i = 0; i < per_session; ++i) {
+      h.shared.emplace_back(h.session->backend(), opts("shared" + std::to_string(r) + "_" + std::to_string(i)));
+      h.shared_guards.push_back(h.shared.back().try_acquire());
+      REQUIRE(h.shared_guards.back());
+    }
+  }
+  std::vector<pgmutex::SessionStats> before;
+  for (const Held& h : held) before.push_back(h.session->stats());
+  std::this_thread::sleep_for(5s);
+  for (std::size_t r = 0; r < settings.size(); ++r) {
+    Held& h = held[r];
+    const auto after = h.session->stats();
+    int shared_lost = 0;
+    for (const auto& g : h.shared_guards) shared_lost += g.lost() ? 1 : 0;
+    std::printf("role with %s: plain Mutex %zu heartbeats (%zu failed), lost: %s; session: %llu heartbeats, "
+                "%llu connects, %d of %d locks lost\n",
+                settings[r].c_str(), h.plain->metrics().count("heartbeat_latency"),
+                h.plain->metrics().count("heartbeat_failed"), h.plain_guard->lost() ? "yes" : "no",
+                static_cast<unsigned long long>(after.heartbeats - before[r].heartbeats),
+                static_cast<unsigned long long>(after.connects), shared_lost, per_session);
+    INFO(settings[r]);
+    CHECK_FALSE(h.plain_guard->lost());
+    CHECK(h.plain->metrics().count("lost") == 0);
+    CHECK(h.plain->metrics().count("heartbeat_latency") >= 3);
+    CHECK(shared_lost == 0);
+    CHECK(after.heartbeats - before[r].heartbeats >= 3 * per_session);
+    if (r == 0) CHECK(after.connects >= 3);  // the server did close the idle connections
+  }
+  for (Held& h : held) {
+    CHECK(h.plain_guard->release(pgmutex::nothrow));
+    for (auto& g : h.shared_guards) CHECK(g.release(pgmutex::nothrow));
+  }
+}
+
+TEST_CASE("the connection drops between a waiter's LISTEN and its read: it listens again, wakes on the release",
+          "[session][reconnect][listen]") {
+  const std::string table = fresh_table("session_lost_listen");
+  const std::string tag = fresh_tag("pgmutex_lost_listen");
+  PostgresBackend holder("");
+  REQUIRE(holder.create_schema(table));
+  auto held = holder.try_acquire(request(table, "w", "first"));
+  REQUIRE((held && held->acquired));
+
+  FaultProxy proxy;
+  auto session = Session::create(proxy.dsn() + " application_name=" + tag);
+  REQUIRE(session->options().recheck_interval == 30s);
+  REQUIRE(session->connect());
+  // The default thresholds (stale 600 s): no stale deadline wakes the waiter meanwhile.
+  SessionMutex waiter(session->backend(), options(table, "w", "waiter"));
+  // The proxy forwards the waiter's try and its LISTEN, then drops the
+  // connection (RST) as the read of the row goes out: the read is retried on
+  // a fresh connection, which has no LISTEN.
+  proxy.set("drop-after-listen");
+  std::atomic<bool> got{false};
+  std::atomic<std::chrono::steady_clock::rep> got_at{0};
+  Crew crew;
+  crew.threads.emplace_back([&] {
+    auto g = waiter.acquire(20s, crew.stop.get_token());
+    if (!g) return;
+    got_at = std::chrono::steady_clock::now().time_since_epoch().count();
+    got = true;
+    (void)g.release(pgmutex::nothrow);
+  });
+  REQUIRE(poll_until([&] { return proxy.mode() == "pass"; }, 10s));  // the drop happened
+  REQUIRE(poll_until([&] { return session->stats().connects >= 2; }, 10s));
+  std::this_thread::sleep_for(500ms);  // the waiter waits (registered on the fresh connection)
+  CHECK_FALSE(got.load());
+  CHECK(connections_named(tag) == 1);
+
+  const auto released_at = std::chrono::steady_clock::now();
+  REQUIRE(holder.release(HolderKey{{table, "w"}, "first", held->fence, 7}));
+  const bool woke = poll_until([&] { return got.load(); }, 10s);
+  const auto latency = woke ? std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(got_at.load())) -
+                                  released_at
+                            : std::chrono::steady_clock::now() - released_at;
+  std::printf("LISTEN lost before the waiter's read: woke %.3f s after the release%s (re-check every 30 s); "
+              "%llu connects, %llu notifications\n",
+              std::chrono::duration<double>(latency).count(), woke ? "" : " (not yet: gave up)",
+              static_cast<unsigned long long>(session->stats().connects),
+              static_cast<unsigned long long>(session->stats().notifications));
+  CHECK(woke);
+  CHECK(latency < 5s);
+  CHECK(session->stats().notifications >= 1);  // woken by the NOTIFY, on the fresh LISTEN
 }

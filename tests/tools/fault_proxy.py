@@ -18,6 +18,12 @@ it is in force (for every connection, old and new):
     freeze      keep the connections open but read and forward nothing: the
                 kernel still ACKs what the client sends, until its buffers fill,
                 so the client sees a peer that is alive but never answers
+    drop-after-listen
+                forward both ways, but once a client has sent a LISTEN (and had
+                its answer), close that connection (RST) when the client sends
+                anything more, unforwarded; then back to pass (one connection only)
+    mode        change nothing; the reply names the mode in force ("ok pass"
+                once a drop-after-listen has dropped its connection)
 
     e.g.  python3 -c 'import socket; s=socket.create_connection(("127.0.0.1", CPORT)); \\
           s.sendall(b"freeze\\n"); print(s.recv(64))'
@@ -52,6 +58,14 @@ class Mode:
         with self._lock:
             return self._name, self._delay_ms
 
+    def take(self, name):
+        """True (and back to pass) if the mode is `name`: a one-shot fault fires once."""
+        with self._lock:
+            if self._name != name:
+                return False
+            self._name, self._delay_ms = "pass", 0
+            return True
+
 
 def reset_close(sock):
     """Close with RST instead of FIN: linger on, timeout 0."""
@@ -71,6 +85,7 @@ class Pair:
     def __init__(self, client, upstream, mode):
         self.client, self.upstream, self.mode = client, upstream, mode
         self.closed = threading.Event()
+        self.listened = False  # the client sent a LISTEN (drop-after-listen)
         for sock in (client, upstream):
             sock.settimeout(TICK)
             # Forward each chunk at once, as libpq and the server send theirs:
@@ -125,6 +140,14 @@ class Pair:
             if name == "reset":
                 self.close(reset=True)
                 return
+            if source is self.client and name == "drop-after-listen":
+                # The LISTEN went through and was answered; what follows it
+                # (the waiter's read of the row) never reaches the server.
+                if self.listened and self.mode.take("drop-after-listen"):
+                    self.close(reset=True)
+                    return
+                if b"LISTEN " in data and b"UNLISTEN" not in data:
+                    self.listened = True
             if name == "delay" and delay_ms > 0:
                 time.sleep(delay_ms / 1000.0)
             try:
@@ -160,8 +183,11 @@ def serve_control(listener, mode):
                 line = conn.makefile("r").readline().strip().split()
             except OSError:
                 continue
-            if not line or line[0] not in ("pass", "delay", "reset", "freeze"):
-                conn.sendall(b"error: expected pass | delay MS | reset | freeze\n")
+            if line and line[0] == "mode":
+                conn.sendall(("ok " + mode.get()[0] + "\n").encode())
+                continue
+            if not line or line[0] not in ("pass", "delay", "reset", "freeze", "drop-after-listen"):
+                conn.sendall(b"error: expected pass | delay MS | reset | freeze | drop-after-listen | mode\n")
                 continue
             delay_ms = int(line[1]) if line[0] == "delay" and len(line) > 1 else 0
             mode.set(line[0], delay_ms)

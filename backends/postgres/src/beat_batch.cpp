@@ -18,18 +18,24 @@ Error not_held(const HolderKey& key) {
 }  // namespace
 
 bool SessionCore::add_beat(Beat beat) {
-  bool first = false;
+  bool sooner = false;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return false;  // never sent: its callback must not be kept unrun
-    if (!tick_end_) {
-      // The tick starts with its first heartbeat, so a lone one waits one tick at most.
-      tick_end_ = std::chrono::steady_clock::now() + options_.heartbeat_tick;
-      first = true;
+    // The tick starts with its first heartbeat, so a lone one waits one tick
+    // at most; and no beat waits more than half its own time, so the
+    // statement keeps the other half: a heartbeat timeout at or below the
+    // tick shortens the tick instead of failing every beat unsent.
+    const auto now = std::chrono::steady_clock::now();
+    const auto send_by = now + std::min(options_.heartbeat_tick,
+                                        std::max(beat.deadline - now, std::chrono::nanoseconds::zero()) / 2);
+    if (!tick_end_ || send_by < *tick_end_) {
+      tick_end_ = send_by;
+      sooner = true;
     }
     beats_.push_back(std::move(beat));
   }
-  if (first) wake();  // the I/O thread's timer changed
+  if (sooner) wake();  // the I/O thread's timer changed
   return true;
 }
 

@@ -13,9 +13,11 @@ Outcome<void> ServerHistory::on_connect(PqConnection& connection, Deadline deadl
   // Any refusal by the server (42501, a function missing): identity unknown.
   const bool first = !known_;
   known_ = true;
-  const bool changed = now.empty() || now != identity_;
   identity_ = std::move(now);
-  if (!first && changed) {
+  // Every new session after the first, same identity or not: a restart or a
+  // server that closes idle sessions may have lost unflushed heartbeats, and
+  // only the next durable one tells.
+  if (!first) {
     ++history_;
     durable_heartbeat_due_ = true;
   }

@@ -1,10 +1,16 @@
 // Which server history a connection reached: the cluster's system identifier
-// and its current timeline. A physical standby promoted after a failover
-// keeps the system identifier but starts a new timeline; another cluster has
-// another identifier. Either way, commits the earlier server acknowledged,
-// durable ones included, may be missing here (asynchronous replication), so
-// the backend reports a new history and its next heartbeat commits
-// synchronously (see PostgresBackend::history()). Private to the backend.
+// and its current timeline (for logs and tests), and a count that grows at
+// every new server session after the first. A physical standby promoted
+// after a failover keeps the system identifier but starts a new timeline;
+// another cluster has another identifier; and a server that closed our
+// session (a restart, idle_session_timeout, pg_terminate_backend) may have
+// forgotten heartbeats it acknowledged but had not flushed (asynchronous
+// commits). Whichever it was, what an earlier session acknowledged is no
+// proof in this one, so the backend reports a new history and its next
+// heartbeat commits synchronously (see PostgresBackend::history()). Counting
+// every reconnect, not only a changed identity, keeps a lock alive on a
+// server that closes every idle connection: each beat then meets a new
+// session, and only a durable one can be trusted. Private to the backend.
 #pragma once
 
 #include <cstdint>
@@ -26,20 +32,21 @@ inline constexpr const char* server_identity_sql =
 
 class ServerHistory {
  public:
-  // Asks the server just connected to who it is, and notes a change. A
-  // server that will not say (42501: pg_control_system() revoked) counts as
-  // a new history at every reconnect: conservative, never trusting.
-  // Fails only if the connection failed.
+  // Asks the server just connected to who it is (identity() "" when it
+  // will not say: 42501, pg_control_system() revoked), and starts a new
+  // history unless this is the first connection. Fails only if the
+  // connection failed.
   Outcome<void> on_connect(PqConnection& connection, Deadline deadline);
 
-  // Starts at 0; grows by one whenever a connection reaches a server whose
-  // identity differs from the previous connection's (or is unknown).
+  // Starts at 0; grows by one at every connection after the first (a new
+  // server session: the same server, or a promoted standby, or another cluster).
   [[nodiscard]] std::uint64_t history() const noexcept { return history_; }
   // The last identity read ("" unknown).
   [[nodiscard]] const std::string& identity() const noexcept { return identity_; }
 
   // A heartbeat must commit synchronously before heartbeats go back to
-  // asynchronous commits: set by a new history, cleared by a durable heartbeat.
+  // asynchronous commits: set by a new history (any reconnect), cleared by a
+  // durable heartbeat.
   [[nodiscard]] bool durable_heartbeat_due() const noexcept { return durable_heartbeat_due_; }
   void durable_heartbeat_done() noexcept { durable_heartbeat_due_ = false; }
 

@@ -3,7 +3,9 @@
 // channel, by its holder's stale deadline (the row read then, one statement
 // per table for every watch due), by a slow re-check that finds the row gone
 // or stale (a NOTIFY missed), or by the loss of the connection (its LISTENs
-// are gone: the waiter tries again, which reconnects and LISTENs anew).
+// are gone: the waiter tries again, which reconnects and LISTENs anew). A
+// connection lost between a watch's LISTEN and its read is met at once: it
+// LISTENs and reads again on the fresh one.
 #include <algorithm>
 #include <set>
 
@@ -48,24 +50,35 @@ Result<WatchId> SessionCore::add_watch(const WatchRequest& request, std::functio
       return;
     }
     std::string channel;
-    if (!own.unnamed()) {
-      auto listened = SharedAccess::listen(*io_backend_, request.lock);
-      if (!listened) {
-        failed = std::move(listened.error());
+    std::uint64_t listened_on = 0;
+    std::optional<LockRow> row;
+    // The read is retried on a fresh connection if the one that LISTENed is
+    // lost under it: that one hears no NOTIFY, so LISTEN and read again
+    // there. Should the connection keep dropping, the watch keeps the epoch
+    // it LISTENed on, and after_io wakes it (the waiter tries again).
+    for (int attempt = 0;; ++attempt) {
+      if (!own.unnamed()) {
+        auto listened = SharedAccess::listen(*io_backend_, request.lock);
+        if (!listened) {
+          failed = std::move(listened.error());
+          return;
+        }
+        channel = std::move(*listened);
+      }
+      listened_on = epoch();
+      auto read = io_backend_->inspect(request.lock);
+      ++rechecks_;
+      if (!read) {
+        failed = std::move(read.error());
         return;
       }
-      channel = std::move(*listened);
-    }
-    auto row = io_backend_->inspect(request.lock);
-    ++rechecks_;
-    if (!row) {
-      failed = std::move(row.error());
-      return;
+      row = std::move(*read);
+      if (channel.empty() || epoch() == listened_on || attempt == 2) break;
     }
     const auto now = std::chrono::steady_clock::now();
-    const auto left = stale_in(*row, request.stale_threshold);
+    const auto left = stale_in(row, request.stale_threshold);
     Watch w{std::string(request.lock.table), std::string(request.lock.lock_name), std::move(channel),
-            request.stale_threshold, std::nullopt, epoch(), std::move(woken)};
+            request.stale_threshold, std::nullopt, listened_on, std::move(woken)};
     if (left) w.check_at = now + std::min(*left, request.holder_stale_in.value_or(*left));
     {
       std::lock_guard lock(mutex_);

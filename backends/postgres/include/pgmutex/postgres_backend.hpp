@@ -135,12 +135,14 @@ class PostgresBackend {
   // unseen: StatementMode::unnamed commits heartbeats synchronously, so the
   // mutex never needs one heartbeat to vouch for another there.
   [[nodiscard]] std::uint64_t session() const noexcept;
-  // The server history the last operation ran on: another once a reconnect
-  // reaches a server with another system identifier or timeline (a promoted
-  // standby after a failover, another cluster), or one that will not say
-  // (pg_control_system() revoked: every reconnect then counts as a new
-  // history). The first heartbeat after such a change commits synchronously
-  // (see BackendReportsHistory). Always 0 over a pool: not detected there.
+  // The server history the last operation ran on: another after every
+  // reconnect (a new server session), whether it reached the same server, a
+  // promoted standby after a failover or another cluster: a restart, or a
+  // server that closes idle sessions, may have forgotten heartbeats it had
+  // acknowledged but not flushed. The first heartbeat after such a change
+  // commits synchronously (see BackendReportsHistory), so a lock survives a
+  // server that drops every idle connection. Always 0 over a pool: not
+  // detected there.
   [[nodiscard]] std::uint64_t history() const noexcept;
   // How the last heartbeat (or heartbeat_many) was committed: synchronously
   // (durable), or asynchronously with the server's WAL end and flush

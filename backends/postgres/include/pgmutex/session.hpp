@@ -34,8 +34,10 @@ struct SessionOptions {
   // The connection: timeouts, reconnects, statement mode (see PostgresOptions).
   PostgresOptions postgres = {};
   // Heartbeats requested within one tick are sent together, in one statement
-  // per lock table, at the tick's end: a heartbeat waits at most this long.
-  // Keep it well below the heartbeat_interval of the mutexes.
+  // per lock table, at the tick's end: a heartbeat waits at most this long,
+  // and never more than half its own heartbeat_timeout (a mutex with a
+  // shorter timeout ends the tick sooner, so no beat's deadline passes
+  // unsent). Keep it well below the heartbeat_interval of the mutexes.
   std::chrono::nanoseconds heartbeat_tick = std::chrono::milliseconds(100);
   // Every watched lock's table is read again this often (and after each
   // reconnect), in case a NOTIFY was missed. Without LISTEN (unnamed
