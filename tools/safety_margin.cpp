@@ -97,4 +97,9 @@ RunMargin plan_margin(Options options, nanoseconds grace) {
   return {std::move(options), std::move(line)};
 }
 
+nanoseconds guard_lead(const ValidOptions& options, nanoseconds grace) {
+  const nanoseconds room = options.safety_margin - options.heartbeat_timeout - options.heartbeat_interval;
+  return std::clamp(room, nanoseconds::zero(), std::max(grace, nanoseconds::zero()));
+}
+
 }  // namespace pgmutex::cli
