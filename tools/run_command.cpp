@@ -214,9 +214,9 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   // The guard enforces the lease too: if pgmutex is stopped (SIGSTOP, or not
   // scheduled), no renewal reaches it, and it stops the command in time.
   std::optional<GuardedLease> guarded;
+  const auto lead = guard_lead(mutex.options(), to_duration(args.grace_s));
   if (const auto deadline = lease_watch.deadline())
-    guarded = GuardedLease{*deadline, guard_lead(mutex.options(), to_duration(args.grace_s)),
-                           to_duration(args.grace_s), shown(args.lock)};
+    guarded = GuardedLease{*deadline, lead, to_duration(args.grace_s), shown(args.lock)};
   Guardian guardian(child.kill_target(), guarded);
   const LeaseWatchAttachment renewals(lease_watch, guardian);
   child.set_guard(guardian.pid());
@@ -231,6 +231,10 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   SupervisionEvents events;
   events.lease_lost = [&] {
     lease_lost = true;
+    // We stop the command ourselves now (SIGKILL after --grace): the guard
+    // steps in only if we cannot, a moment after our SIGKILL was due.
+    lease_watch.detach();
+    guardian.renew(std::chrono::steady_clock::now() + to_duration(args.grace_s) + lead + std::chrono::milliseconds(100));
     const auto why = guard.heartbeat(nothrow);
     std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
                  shown(args.lock).c_str(), why ? "lease lost" : one_line(why.error().message()).c_str(),
