@@ -1,19 +1,49 @@
 #include "guardian.hpp"
 
-#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <system_error>
 
 namespace pgmutex::cli {
 namespace {
 
-constexpr char disarm_byte = 'd';
+using std::chrono::nanoseconds;
+
+// One message each way is one datagram of a SOCK_SEQPACKET pair: never split,
+// never merged.
+struct Message {
+  char kind;
+  std::int64_t value;  // renew: the deadline, in nanoseconds of CLOCK_MONOTONIC
+};
+constexpr char disarm_kind = 'd';         // pgmutex -> guard: nothing of the command runs any more
+constexpr char renew_kind = 'r';          // pgmutex -> guard: the lease runs until `value`
+constexpr char stopped_kind = 's';        // guard -> pgmutex: no renewal came in time, SIGTERM went out
 constexpr int guard_fd = 3;
+constexpr std::int64_t no_time = INT64_MAX;
+
+static_assert(std::chrono::steady_clock::is_steady);
+
+std::int64_t monotonic_ns() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// libstdc++'s and libc++'s steady_clock read CLOCK_MONOTONIC: its time points
+// are the guard's clock as they are.
+std::int64_t to_monotonic_ns(std::chrono::steady_clock::time_point t) noexcept {
+  return std::chrono::duration_cast<nanoseconds>(t.time_since_epoch()).count();
+}
 
 void say(const char* text) {
   std::size_t length = 0;
@@ -21,31 +51,93 @@ void say(const char* text) {
   [[maybe_unused]] const auto n = ::write(STDERR_FILENO, text, length);
 }
 
+// `wait`: block while the socket is full (the guard always reads it soon).
+bool send_message(int fd, char kind, std::int64_t value, bool wait = false) noexcept {
+  Message message;
+  std::memset(&message, 0, sizeof message);  // no stray padding bytes on the wire
+  message.kind = kind;
+  message.value = value;
+  ssize_t n = 0;
+  do n = ::send(fd, &message, sizeof message, (wait ? 0 : MSG_DONTWAIT) | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof message);
+}
+
+// What the guard knows of the lease, fixed before the fork.
+struct LeasePlan {
+  bool enforced = false;
+  std::int64_t first_deadline = no_time;
+  std::int64_t lead_ns = 0;
+  std::int64_t grace_ns = 0;
+  const char* line = "";  // said when the guard stops the command for the lease
+};
+
+int poll_timeout_ms(std::int64_t at, std::int64_t now) {
+  if (at == no_time) return -1;
+  if (at <= now) return 0;
+  const std::int64_t ms = (at - now + 999'999) / 1'000'000;  // rounded up: never wake early
+  return ms > 1'000'000 ? 1'000'000 : static_cast<int>(ms);
+}
+
 // The guard's whole life. Only async-signal-safe calls: it was forked from a
 // process with threads, and never execs.
-[[noreturn]] void guard(int read_end, int write_end, pid_t target) {
+[[noreturn]] void guard(int own_end, int other_end, pid_t target, const LeasePlan& plan) {
   sigset_t all;
   sigfillset(&all);
-  // Signals for the command's group, or a terminal's Ctrl-C for ours, are not for us.
+  // Signals for the command's group, or a terminal's Ctrl-C for ours, are not
+  // for us. (Blocked, SIGTTOU does not stop a write to the terminal either.)
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // A group of our own: stopping pgmutex's group must not stop us (SIGSTOP
+  // cannot be blocked). pgmutex does the same from its side.
+  ::setpgid(0, 0);
   ::prctl(PR_SET_NAME, "pgmutex-guard", 0, 0, 0);
-  // Keep stdin/out/err and the pipe, nothing else: a copy of the pipe's write
-  // end would keep it open forever, one of pgmutex's sockets would keep its
-  // connection open after pgmutex closed it.
-  ::close(write_end);
-  if (read_end != guard_fd) {
-    ::dup2(read_end, guard_fd);
-    ::close(read_end);
+  // Keep stdin/out/err and our end of the socket, nothing else: a copy of
+  // pgmutex's end would keep it open forever, one of pgmutex's sockets would
+  // keep its connection open after pgmutex closed it.
+  ::close(other_end);
+  if (own_end != guard_fd) {
+    ::dup2(own_end, guard_fd);
+    ::close(own_end);
   }
   if (::close_range(guard_fd + 1, ~0U, 0) != 0)  // before Linux 5.9
     for (int fd = guard_fd + 1; fd < 1024; ++fd) ::close(fd);
 
+  std::int64_t term_at = plan.enforced ? plan.first_deadline - plan.lead_ns : no_time;
+  std::int64_t kill_at = no_time;
+  bool stopping = false;  // SIGTERM went out: the lease is over for us
   for (;;) {
-    char byte = 0;
-    const ssize_t n = ::read(guard_fd, &byte, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 1 && byte == disarm_byte) ::_exit(0);
-    break;  // end of file (or a read error: fail safe): pgmutex is gone
+    const std::int64_t now = monotonic_ns();
+    if (term_at != no_time && now >= term_at) {
+      // No renewal in time: pgmutex is stopped or starved, and the command
+      // must be gone by the deadline. The same escalation as pgmutex's.
+      ::kill(target, SIGTERM);
+      ::kill(target, SIGCONT);  // a stopped process must wake up to die
+      say(plan.line);
+      kill_at = term_at + plan.grace_ns;
+      term_at = no_time;
+      stopping = true;
+      (void)send_message(guard_fd, stopped_kind, 0);
+    }
+    if (kill_at != no_time && now >= kill_at) {
+      ::kill(target, SIGKILL);
+      kill_at = no_time;
+    }
+
+    pollfd fd{guard_fd, POLLIN, 0};
+    const std::int64_t next = term_at < kill_at ? term_at : kill_at;
+    const int ready = ::poll(&fd, 1, poll_timeout_ms(next, now));
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
+    if (ready < 0) break;  // fail safe
+    Message message;
+    const ssize_t n = ::recv(guard_fd, &message, sizeof message, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n == static_cast<ssize_t>(sizeof message) && message.kind == disarm_kind) ::_exit(0);
+    if (n == static_cast<ssize_t>(sizeof message) && message.kind == renew_kind) {
+      // Once SIGTERM went out the lease is over for us: a late renewal changes nothing.
+      if (plan.enforced && !stopping) term_at = message.value - plan.lead_ns;
+      continue;
+    }
+    break;  // end of file (or a read error, or garbage: fail safe): pgmutex is gone
   }
   if (::kill(target, SIGKILL) == 0)
     say(target < 0 ? "pgmutex-guard: pgmutex ended without stopping the command: killed its process group with SIGKILL\n"
@@ -55,9 +147,25 @@ void say(const char* text) {
 
 }  // namespace
 
-Guardian::Guardian(pid_t target) {
+Guardian::Guardian(pid_t target, const std::optional<GuardedLease>& lease) {
+  // Everything the guard needs is made before the fork: it may not allocate.
+  LeasePlan plan;
+  std::string line;
+  if (lease) {
+    plan.enforced = true;
+    plan.first_deadline = to_monotonic_ns(lease->deadline);
+    plan.lead_ns = lease->lead.count();
+    plan.grace_ns = lease->grace.count();
+    char grace[32];
+    std::snprintf(grace, sizeof grace, "%.1f s", std::chrono::duration<double>(lease->grace).count());
+    line = "pgmutex-guard: no lease renewal from pgmutex for lock '" + lease->lock + "' (pgmutex is stopped or starved): " +
+           (target < 0 ? "its command's process group" : "its command") + " gets SIGTERM now, SIGKILL after " + grace +
+           "\n";
+    plan.line = line.c_str();
+  }
   int ends[2];
-  if (::pipe2(ends, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
+    throw std::system_error(errno, std::generic_category(), "socketpair");
   pid_ = ::fork();
   if (pid_ < 0) {
     const int error = errno;
@@ -65,25 +173,49 @@ Guardian::Guardian(pid_t target) {
     ::close(ends[1]);
     throw std::system_error(error, std::generic_category(), "fork");
   }
-  if (pid_ == 0) guard(ends[0], ends[1], target);
+  if (pid_ == 0) guard(ends[0], ends[1], target, plan);
+  // Also from here, so that no stop of our group can come before the guard's own setpgid.
+  (void)::setpgid(pid_, pid_);
   ::close(ends[0]);
-  pipe_ = Fd(ends[1]);
+  socket_ = Fd(ends[1]);
 }
 
 Guardian::~Guardian() {
-  // Closing the pipe without a word is what pgmutex's death looks like to the
-  // guard: on an error that ends pgmutex early, the command ends with it.
-  pipe_ = Fd();
+  // Closing the socket without a word is what pgmutex's death looks like to
+  // the guard: on an error that ends pgmutex early, the command ends with it.
+  const std::lock_guard lock(socket_mutex_);
+  socket_ = Fd();
+}
+
+void Guardian::renew(std::chrono::steady_clock::time_point deadline) noexcept {
+  const std::lock_guard lock(socket_mutex_);
+  if (socket_.get() < 0 || exited_) return;
+  (void)send_message(socket_.get(), renew_kind, to_monotonic_ns(deadline));
+}
+
+bool Guardian::stopped_for_lease() noexcept {
+  const std::lock_guard lock(socket_mutex_);
+  while (socket_.get() >= 0) {
+    Message message;
+    const ssize_t n = ::recv(socket_.get(), &message, sizeof message, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof message)) break;  // nothing more (or the guard is gone)
+    if (message.kind == stopped_kind) stopped_for_lease_ = true;
+  }
+  return stopped_for_lease_;
 }
 
 void Guardian::disarm() noexcept {
-  if (pipe_.get() < 0) return;
-  if (!exited_) {
-    ssize_t n = 0;
-    do n = ::write(pipe_.get(), &disarm_byte, 1);
-    while (n < 0 && errno == EINTR);
+  {
+    const std::lock_guard lock(socket_mutex_);
+    if (socket_.get() < 0) return;
+    if (!exited_) (void)send_message(socket_.get(), disarm_kind, 0, /*wait=*/true);
+    // What the guard said last is still worth knowing.
+    Message message;
+    while (::recv(socket_.get(), &message, sizeof message, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof message))
+      if (message.kind == stopped_kind) stopped_for_lease_ = true;
+    socket_ = Fd();
   }
-  pipe_ = Fd();
   if (exited_) return;
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {

@@ -15,6 +15,7 @@
 #include "exit_codes.hpp"
 #include "guardian.hpp"
 #include "interrupt_watch.hpp"
+#include "lease_watch.hpp"
 #include "lock_events.hpp"
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
@@ -187,10 +188,13 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   network.connect_timeout = network.network_timeout;
   network.reconnect_attempts = 1;
   network.holder_command = command_text(args.command);
+  // Outlives the mutex, whose hooks feed it: the lease deadline the guard enforces.
+  LeaseWatch lease_watch;
   auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
-                                  LockEvents{.report_alerts = args.wait});
+                                  LockEvents{.report_alerts = args.wait, .lease = &lease_watch});
   if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
+  lease_watch.configure(mutex.options().lease(), mutex.options().heartbeat_interval);
   report.set_instance(mutex.instance_id());
   Guard guard = take_lock(mutex, args, interrupts, report);
 
@@ -207,7 +211,14 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   // and see its group empty before the lock goes.
   become_subreaper();
   ChildProcess child(args.command, environment, !in_terminal_foreground());
-  Guardian guardian(child.kill_target());
+  // The guard enforces the lease too: if pgmutex is stopped (SIGSTOP, or not
+  // scheduled), no renewal reaches it, and it stops the command in time.
+  std::optional<GuardedLease> guarded;
+  const auto lead = guard_lead(mutex.options(), to_duration(args.grace_s));
+  if (const auto deadline = lease_watch.deadline())
+    guarded = GuardedLease{*deadline, lead, to_duration(args.grace_s), shown(args.lock)};
+  Guardian guardian(child.kill_target(), guarded);
+  const LeaseWatchAttachment renewals(lease_watch, guardian);
   child.set_guard(guardian.pid());
   try {
     child.start();
@@ -220,6 +231,10 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   SupervisionEvents events;
   events.lease_lost = [&] {
     lease_lost = true;
+    // We stop the command ourselves now (SIGKILL after --grace): the guard
+    // steps in only if we cannot, a moment after our SIGKILL was due.
+    lease_watch.detach();
+    guardian.renew(std::chrono::steady_clock::now() + to_duration(args.grace_s) + lead + std::chrono::milliseconds(100));
     const auto why = guard.heartbeat(nothrow);
     std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
                  shown(args.lock).c_str(), why ? "lease lost" : one_line(why.error().message()).c_str(),
@@ -237,6 +252,13 @@ int execute(RunArgs& args, RunMetricsFile& report) {
     std::fprintf(stderr, "pgmutex: killed the command's leftover processes with SIGKILL after the grace period (%s)\n",
                  pid_list(pids).c_str());
   };
+  events.guard_stopped = [&] {
+    lease_lost = true;
+    std::fprintf(stderr,
+                 "pgmutex: lock '%s' was lost: pgmutex sent no lease renewal in time (it was stopped or starved), so "
+                 "its guard process stopped the command: SIGTERM, SIGKILL after %s\n",
+                 shown(args.lock).c_str(), seconds_text(args.grace_s).c_str());
+  };
   events.guardian_died = [&] {
     std::fprintf(stderr,
                  "pgmutex: warning: the guard process (pid %d) ended: if pgmutex dies now, nothing stops the command\n",
@@ -251,7 +273,9 @@ int execute(RunArgs& args, RunMetricsFile& report) {
     report.lost();
     (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
     throw Exit(exit_code::lost, "lock '" + shown(args.lock) + "' was lost while the command ran; " +
-                                        (outcome.killed_after_grace
+                                        (outcome.guard_stopped
+                                             ? std::string("pgmutex sent no lease renewal in time, and its guard process stopped the command")
+                                         : outcome.killed_after_grace
                                              ? "what still ran of the command was killed with SIGKILL after the "
                                                "grace period"
                                              : "the command ended after SIGTERM"));

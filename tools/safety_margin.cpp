@@ -97,4 +97,14 @@ RunMargin plan_margin(Options options, nanoseconds grace) {
   return {std::move(options), std::move(line)};
 }
 
+nanoseconds guard_lead(const ValidOptions& options, nanoseconds grace) {
+  // What the margin covers beyond one attempt and one interval...
+  const nanoseconds covered = options.safety_margin - options.heartbeat_timeout - options.heartbeat_interval;
+  // ...and what the lease leaves beyond the confirmation's lag (one interval)
+  // and the wait for the next renewal (one interval and one attempt): a
+  // healthy holder's renewal always comes before the guard acts.
+  const nanoseconds spare = options.lease() - 2 * options.heartbeat_interval - options.heartbeat_timeout;
+  return std::clamp(std::min(covered, spare), nanoseconds::zero(), std::max(grace, nanoseconds::zero()));
+}
+
 }  // namespace pgmutex::cli

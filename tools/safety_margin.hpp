@@ -29,4 +29,12 @@ struct RunMargin {
 // a rule) and `shortfall` says so with the numbers.
 [[nodiscard]] RunMargin plan_margin(Options options, std::chrono::nanoseconds grace);
 
+// How long before the lease deadline the guard process sends SIGTERM when no
+// renewal came (pgmutex stopped): --grace, so that the command is gone by
+// the deadline, where the margin covers it and the lease leaves room;
+// otherwise less (at least 0): what the margin leaves beyond one heartbeat
+// attempt and one interval, and what the lease leaves beyond two intervals
+// and an attempt, so that a healthy holder's renewals always come in time.
+[[nodiscard]] std::chrono::nanoseconds guard_lead(const ValidOptions& options, std::chrono::nanoseconds grace);
+
 }  // namespace pgmutex::cli

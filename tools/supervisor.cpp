@@ -59,11 +59,13 @@ class Supervision {
     });
   }
 
-  // SIGTERM to the group, then SIGKILL once the grace is over.
-  void stop_group() {
+  // SIGTERM to the group (unless the guard sent it), then SIGKILL once the grace is over.
+  void stop_group(bool term_sent = false) {
     if (kill_deadline_ != no_deadline || result_.killed_after_grace) return;
-    child_.signal(SIGTERM);
-    child_.signal(SIGCONT);  // a stopped process must wake up to die
+    if (!term_sent) {
+      child_.signal(SIGTERM);
+      child_.signal(SIGCONT);  // a stopped process must wake up to die
+    }
     kill_deadline_ = steady::now() + grace_;
   }
 
@@ -118,6 +120,19 @@ class Supervision {
     stop_group();
   }
 
+  // What the guard reported on its socket (never blocks). False once there is
+  // nothing more to poll it for: it said its word, or it is gone.
+  bool on_guard_report() {
+    if (!guardian_.stopped_for_lease()) return !guardian_.exited() && guardian_.report_fd() >= 0;
+    if (result_.guard_stopped) return false;
+    result_.guard_stopped = true;
+    const bool already_stopping = result_.lease_lost;
+    result_.lease_lost = true;
+    if (events_.guard_stopped) events_.guard_stopped();
+    if (!already_stopping && !child_.all_gone()) stop_group(/*term_sent=*/true);
+    return false;
+  }
+
   int timeout_ms() const {
     int timeout = poll_timeout_ms(kill_deadline_);
     if (child_.exit_code()) {
@@ -145,21 +160,29 @@ class Supervision {
 SupervisionResult supervise(ChildProcess& child, Guardian& guardian, SignalReader& signals, const Wakeup& lost,
                             std::chrono::nanoseconds grace, const SupervisionEvents& events) {
   Supervision supervision(child, guardian, grace, events);
+  bool watch_guard = true;
   for (;;) {
     supervision.reap();
     supervision.on_child_ended();
     supervision.kill_if_due();
     if (child.all_gone()) {
       supervision.reap();  // the zombies of what just died, so that none outlives us
+      // The guard may have stopped the command while we were stopped: its
+      // word waits on the socket, and says that the lease was lost.
+      (void)supervision.on_guard_report();
       supervision.result().exit_code = *child.exit_code();
       return supervision.result();
     }
 
-    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost.fd(), POLLIN, 0}};
-    if (::poll(fds, 2, supervision.timeout_ms()) < 0 && errno != EINTR)
+    // The guard's socket: until it has reported, or hung up (then reap() learns why).
+    const int report_fd = watch_guard ? guardian.report_fd() : -1;
+    pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {lost.fd(), POLLIN, 0}, {report_fd, POLLIN, 0}};
+    if (::poll(fds, 3, supervision.timeout_ms()) < 0 && errno != EINTR)
       throw std::system_error(errno, std::generic_category(), "poll");
 
     while (auto info = signals.next()) supervision.on_signal(*info);
+    if (report_fd >= 0 && fds[2].revents != 0)
+      watch_guard = supervision.on_guard_report() && (fds[2].revents & (POLLHUP | POLLERR)) == 0;
     if (lost.drain()) supervision.on_lost();
   }
 }
