@@ -54,6 +54,15 @@ void standard_locking(pgmutex::Mutex& reports, pgmutex::Mutex& invoices) {
   run_the_job(reports.lock_guard()->fence(), reports.lock_guard()->stop_token());
 }
 
+// The resource checks the fence: a pause between the check and the write is
+// covered by it alone (README, "Failure modes, explicitly").
+struct FencedStore {
+  void write(pgmutex::Fence, const std::string&) {}
+};
+void fenced_write(pgmutex::Mutex::guard_type& guard, FencedStore& store, const std::string& data) {
+  if (guard) store.write(guard.fence(), data);  // store: UPDATE ... WHERE last_fence <= $fence
+}
+
 // Compiled once: production passes a pgmutex::Mutex, tests a SimMutex.
 void publish_nightly_report(pgmutex::AnyMutex& mutex) {
   if (auto guard = mutex.try_acquire()) run_the_job(guard.fence(), guard.stop_token());
@@ -94,6 +103,9 @@ int main(int argc, char**) {
     with_metrics(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "job"});
     pgmutex::Mutex invoices(pgmutex::PostgresBackend(""), pgmutex::Options{.lock_name = "invoices"});
     standard_locking(mutex, invoices);
+    auto guard = mutex.try_acquire();
+    FencedStore store;
+    fenced_write(guard, store, "report");
     production();
     MyPool pool;
     with_a_pool(pool);

@@ -1,46 +1,21 @@
 #include "lease_watch.hpp"
 
+#include <algorithm>
+
 namespace pgmutex::cli {
-namespace {
 
-// When the statement went out: the hook runs a little after the library read
-// the clock for the reply, so this is a little late (LeaseEstimate's slack).
-LeaseEstimate::time_point sent_at(double latency_s) {
-  return LeaseEstimate::clock::now() -
-         std::chrono::duration_cast<LeaseEstimate::duration>(std::chrono::duration<double>(latency_s));
-}
-
-}  // namespace
-
-void LeaseWatch::configure(std::chrono::nanoseconds lease, std::chrono::nanoseconds interval) {
+void LeaseWatch::renewed(std::chrono::nanoseconds deadline_since_epoch) {
   const std::lock_guard lock(mutex_);
-  // pgmutex run's backend commits heartbeats asynchronously; should it commit
-  // them synchronously, counting them as asynchronous is only more cautious.
-  estimate_.emplace(lease, interval, /*asynchronous=*/true);
-}
-
-void LeaseWatch::acquired(double latency_s) {
-  const std::lock_guard lock(mutex_);
-  if (!estimate_) return;
-  estimate_->granted(sent_at(latency_s));
+  const time_point deadline(std::chrono::duration_cast<time_point::duration>(deadline_since_epoch));
+  // A new grant may count from an earlier send than the last one's deadline:
+  // each grant's first deadline is taken as it is (attach() resets sent_).
+  deadline_ = deadline;
   send_if_moved();
-}
-
-void LeaseWatch::beat_succeeded(double latency_s) {
-  const std::lock_guard lock(mutex_);
-  if (!estimate_) return;
-  estimate_->beat_succeeded(sent_at(latency_s));
-  send_if_moved();
-}
-
-void LeaseWatch::beat_failed() {
-  const std::lock_guard lock(mutex_);
-  if (estimate_) estimate_->beat_failed();
 }
 
 std::optional<LeaseWatch::time_point> LeaseWatch::deadline() const {
   const std::lock_guard lock(mutex_);
-  return estimate_ ? estimate_->deadline() : std::nullopt;
+  return deadline_;
 }
 
 void LeaseWatch::attach(Guardian& guardian) {
@@ -56,10 +31,9 @@ void LeaseWatch::detach() noexcept {
 }
 
 void LeaseWatch::send_if_moved() {
-  const auto deadline = estimate_->deadline();
-  if (guardian_ == nullptr || !deadline || deadline == sent_) return;
-  guardian_->renew(*deadline);
-  sent_ = deadline;
+  if (guardian_ == nullptr || !deadline_ || deadline_ == sent_) return;
+  guardian_->renew(*deadline_);
+  sent_ = deadline_;
 }
 
 }  // namespace pgmutex::cli

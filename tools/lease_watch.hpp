@@ -1,6 +1,9 @@
-// Between the library's Metrics hooks and the guard process: each good
-// heartbeat renews pgmutex run's estimate of its lease deadline
-// (lease_estimate.hpp), and each deadline that moves goes to the guard.
+// Between the library's Metrics hooks and the guard process: each lease
+// deadline the mutex sets (the lease_renewed hook: at the grant, and each time
+// a heartbeat the server is known to keep moves it) goes to the guard, which
+// enforces it even while pgmutex itself is stopped. The deadline is the
+// mutex's own, on CLOCK_MONOTONIC (SteadyClock), which the guard process
+// shares: never an estimate of it.
 #pragma once
 
 #include <chrono>
@@ -8,22 +11,15 @@
 #include <optional>
 
 #include "guardian.hpp"
-#include "lease_estimate.hpp"
 
 namespace pgmutex::cli {
 
 class LeaseWatch {
  public:
-  using time_point = LeaseEstimate::time_point;
+  using time_point = std::chrono::steady_clock::time_point;
 
-  // Before the first acquire: the mutex's validated lease and heartbeat interval.
-  void configure(std::chrono::nanoseconds lease, std::chrono::nanoseconds interval);
-
-  // From the hooks, on any thread: the statement's reply came `latency_s`
-  // after it was sent, and the hook runs now.
-  void acquired(double latency_s);
-  void beat_succeeded(double latency_s);
-  void beat_failed();
+  // From the hook, on any thread: the mutex's new lease deadline.
+  void renewed(std::chrono::nanoseconds deadline_since_epoch);
 
   [[nodiscard]] std::optional<time_point> deadline() const;
 
@@ -35,7 +31,7 @@ class LeaseWatch {
   void send_if_moved();  // with mutex_ held
 
   mutable std::mutex mutex_;
-  std::optional<LeaseEstimate> estimate_;
+  std::optional<time_point> deadline_;
   std::optional<time_point> sent_;  // the last deadline the guard was given
   Guardian* guardian_ = nullptr;
 };

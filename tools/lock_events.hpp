@@ -1,7 +1,9 @@
 // The Metrics policy of the command: the library's hooks, told on stderr, and
-// fed to the lease's estimate that the guard process enforces (lease_watch.hpp).
+// the lease deadlines, handed to the guard process that enforces them too
+// (lease_watch.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -15,7 +17,7 @@ namespace pgmutex::cli {
 struct LockEvents {
   // Off for a single try: its one "taken" line already says the holder is late.
   bool report_alerts = true;
-  // Where the acquire's and the heartbeats' send times go (not owned; may be null).
+  // Where the lease deadlines go (not owned; may be null).
   LeaseWatch* lease = nullptr;
 
   // Names and messages go through shown()/one_line(): each event is one line.
@@ -27,14 +29,10 @@ struct LockEvents {
   void stale_reclaimed(std::string_view lock, std::string_view, std::string_view previous) const {
     std::fprintf(stderr, "pgmutex: reclaimed stale lock '%s' from %s\n", shown(lock).c_str(), shown(previous).c_str());
   }
-  void acquire_latency(std::string_view, std::string_view, double seconds) const {
-    if (lease != nullptr) lease->acquired(seconds);
-  }
-  void heartbeat_latency(std::string_view, std::string_view, double seconds) const {
-    if (lease != nullptr) lease->beat_succeeded(seconds);
+  void lease_renewed(std::string_view, std::string_view, std::chrono::nanoseconds deadline) const {
+    if (lease != nullptr) lease->renewed(deadline);
   }
   void heartbeat_failed(std::string_view lock, std::string_view, const Error& error) const {
-    if (lease != nullptr) lease->beat_failed();
     std::fprintf(stderr, "pgmutex: warning: heartbeat for lock '%s' failed, retrying: %s\n", shown(lock).c_str(),
                  one_line(error.message()).c_str());
   }

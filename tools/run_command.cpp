@@ -194,7 +194,6 @@ int execute(RunArgs& args, RunMetricsFile& report) {
                                   LockEvents{.report_alerts = args.wait, .lease = &lease_watch});
   if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
-  lease_watch.configure(mutex.options().lease(), mutex.options().heartbeat_interval);
   report.set_instance(mutex.instance_id());
   Guard guard = take_lock(mutex, args, interrupts, report);
 

@@ -248,7 +248,10 @@ class BasicMutex {
     }
 
     // The statements under io_gate_, then (the gate left) the book and the hooks.
-    Result<guard_type> try_acquire() { return finish(locked_attempt()); }
+    Result<guard_type> try_acquire() {
+      announce_if_expired();  // a grant held past its deadline is over: said so before a new one begins
+      return finish(locked_attempt());
+    }
 
     Result<guard_type> acquire(std::optional<duration> timeout, std::stop_token stop) {
       const time_point start = clock.now();
@@ -511,7 +514,6 @@ class BasicMutex {
 
     // Called with io_gate_ held.
     Attempt try_acquire_io() {
-      announce_if_expired();
       if (const time_point now = clock.now(); book.holds(now)) {
         const auto g = book.current(now);
         return Attempt::failed(Error(Errc::already_acquired, context() + " is already held through this object (fence " +
@@ -683,7 +685,7 @@ class BasicMutex {
       }
       if (applied.lost) {
         if (announce_here) announce_lost(std::move(*applied.lost));
-        else post([this, notice = std::move(*applied.lost)]() mutable { announce_lost(std::move(notice)); });
+        else post_lost(std::move(*applied.lost), /*may_announce_here=*/false);
       }
       return with_context(std::move(answer));
     }
@@ -738,7 +740,7 @@ class BasicMutex {
     // this thread, before anything acts on the grant.
     void announce_if_expired() {
       if (auto notice = book.expire(clock.now()))
-        post([this, n = std::move(*notice)]() mutable { announce_lost(std::move(n)); });
+        post_lost(std::move(*notice), /*may_announce_here=*/true);
     }
 
     // Runs `fn` on the executor's I/O side, keeping this state alive meanwhile.
@@ -754,6 +756,38 @@ class BasicMutex {
         drop_reference(this);  // no thread or memory for it
         beat_not_started();
       }
+    }
+
+    // Announces a lost lease off this thread (a stop callback may block). A
+    // post is all or nothing: if it throws (no memory), the task will never
+    // run, so the notice is announced here when this thread may wait for a
+    // stop callback (the timer's, or the caller's), else kept for the next
+    // wake-up: late rather than never.
+    void post_lost(detail::LostNotice notice, bool may_announce_here) {
+      add_reference();
+      try {
+        executor.post([this, notice]() mutable {  // a copy: ours stays whole if the post throws
+          run_as_task([&] { announce_lost(std::move(notice)); });
+          drop_reference(this);
+        });
+        return;
+      } catch (...) {
+        drop_reference(this);
+      }
+      if (may_announce_here) return announce_lost(std::move(notice));
+      {
+        detail::LightLock lock(wakeup_mutex_);
+        unannounced_ = std::move(notice);
+      }
+      try {
+        arm_wakeup(clock.now() + retry_base);
+      } catch (...) {  // no memory for a timer: the next wake-up announces it
+      }
+    }
+
+    std::optional<detail::LostNotice> take_unannounced() noexcept {
+      detail::LightLock lock(wakeup_mutex_);
+      return std::exchange(unannounced_, std::nullopt);
     }
 
     // A beat that could not go out is tried again soon, not at the lease deadline.
@@ -798,7 +832,8 @@ class BasicMutex {
         else post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); });
       }
       // Off the timer: a stop callback may block, and other locks' deadlines must not wait for it.
-      if (due.lost) post([this, notice = std::move(*due.lost)]() mutable { announce_lost(std::move(notice)); });
+      if (due.lost) post_lost(std::move(*due.lost), /*may_announce_here=*/true);
+      if (auto late = take_unannounced()) post_lost(std::move(*late), /*may_announce_here=*/true);
       detail::LightLock lock(wakeup_mutex_);
       std::erase_if(wakeups_, [id](const Wakeup& w) { return w.id == id; });
     }
@@ -823,6 +858,7 @@ class BasicMutex {
     std::vector<Wakeup> wakeups_;      // pending wake-ups: one, but for a moment after a re-grant
     std::uint64_t last_wakeup_ = 0;
     bool closing_ = false;
+    std::optional<detail::LostNotice> unannounced_;  // a lost lease that could not be posted (wakeup_mutex_)
     std::atomic<bool> closed_{false};  // closing_, for posted tasks that must not take wakeup_mutex_
     std::atomic<int> running_{0};      // posted tasks running now
 

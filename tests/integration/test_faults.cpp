@@ -2,9 +2,11 @@
 // server restarted while a lock is held. Runs alone (it restarts the server).
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 
+#include "fault_proxy.hpp"
 #include "pgmutex/testing/recording_metrics.hpp"
 #include "support.hpp"
 
@@ -139,4 +141,102 @@ TEST_CASE("Postgres restarted while a lock is held: the lock survives and heartb
   CHECK(metrics.count("lost") == 0);
   guard.release();
   CHECK_FALSE(holder.inspect().has_value());
+}
+
+namespace {
+
+// A DBA's server: synchronous_commit off for every session, and a WAL writer
+// that flushes every 10 s (its largest delay). Undone when the test ends.
+struct LazyDurability {
+  LazyDurability() {
+    admin("ALTER SYSTEM SET synchronous_commit = off");
+    admin("ALTER SYSTEM SET wal_writer_delay = '10s'");
+    admin("SELECT pg_reload_conf()");
+  }
+  ~LazyDurability() {
+    try {
+      admin("ALTER SYSTEM RESET synchronous_commit");
+      admin("ALTER SYSTEM RESET wal_writer_delay");
+      admin("SELECT pg_reload_conf()");
+    } catch (...) {
+    }
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+// The server's own settings must not make acknowledged heartbeats count:
+// with synchronous_commit off on the server and a 10 s WAL writer, a crash
+// forgets the heartbeats it acknowledged since the last flush. The holder is
+// cut off by a frozen proxy, the server crashes (immediate shutdown), and a
+// rival connected directly waits for the row to go stale. The holder must
+// know it lost before the rival is granted: it counted its lease only from
+// heartbeats the server had made durable (forced synchronous commits, or
+// asynchronous ones a later WAL flush position covered).
+TEST_CASE("synchronous_commit off on the server, then a crash: the holder counted only heartbeats the server kept",
+          "[faults][durability]") {
+  const bool asynchronous_beats = GENERATE(true, false);
+  CAPTURE(asynchronous_beats);
+  const Server s = server();
+  const std::string table = fresh_table("durability");
+  RecordingMutex(PostgresBackend(""), options(table, "job")).create_schema();
+  const LazyDurability lazy;
+
+  FaultProxy proxy;
+  pgmutex::PostgresOptions po;
+  po.heartbeat_synchronous_commit_off = asynchronous_beats;
+  po.reconnect_attempts = 1;
+  auto o = options(table, "job", "holder");
+  o.heartbeat_interval = 200ms;
+  o.alert_threshold = 1s;
+  o.stale_threshold = 4s;
+  o.safety_margin = 1500ms;
+  o.heartbeat_timeout = 500ms;  // lease 2.5 s
+  pgmutex::testing::RecordingMetrics metrics;
+  RecordingMutex holder(PostgresBackend(proxy.dsn(), po), o, {}, metrics);
+  auto guard = holder.acquire(std::chrono::nanoseconds(5s));
+  REQUIRE(guard);
+  std::atomic<std::chrono::steady_clock::rep> lost_at{0};
+  std::stop_callback on_lost(guard.stop_token(),
+                             [&] { lost_at = std::chrono::steady_clock::now().time_since_epoch().count(); });
+  std::this_thread::sleep_for(3s);  // beats acknowledged; with asynchronous ones, durable beats at half the lease
+  REQUIRE(metrics.count("heartbeat_latency") >= 5);
+  CHECK_FALSE(guard.lost());  // a healthy server with a slow WAL writer keeps the lock
+
+  proxy.set("freeze");
+  const auto frozen = std::chrono::steady_clock::now();
+  REQUIRE(std::system((s.pgctl + " restart -m immediate >/dev/null").c_str()) == 0);
+
+  auto ro = options(table, "job", "rival");
+  ro.heartbeat_interval = 200ms;
+  ro.alert_threshold = 1s;
+  ro.stale_threshold = 4s;
+  RecordingMutex rival(PostgresBackend(""), ro);
+  std::optional<pgmutex::LockRow> row;
+  for (int i = 0; i < 50 && !row; ++i) {  // the server accepts connections again
+    auto read = rival.inspect(pgmutex::nothrow);
+    if (read) row = *read;
+    else std::this_thread::sleep_for(100ms);
+  }
+  REQUIRE(row);
+  // How much acknowledged heartbeat time the crash forgot: the row's age
+  // beyond the time since the holder was cut off (its last beat then).
+  const double forgotten = row->seconds_since_heartbeat - seconds_since(frozen);
+  auto won = rival.acquire(std::chrono::nanoseconds(15s));
+  REQUIRE(won);
+  const auto granted = std::chrono::steady_clock::now().time_since_epoch().count();
+  for (int i = 0; i < 100 && lost_at == 0; ++i) std::this_thread::sleep_for(50ms);
+  INFO("forgotten by the crash: " << forgotten << " s; holder lost "
+                                  << static_cast<double>(granted - lost_at.load()) / 1e9 << " s before the rival's grant");
+  REQUIRE(lost_at != 0);
+  CHECK(lost_at < granted);
+  // Forced synchronous commits: nothing acknowledged was lost. (Asynchronous
+  // ones: what came after the last durable beat, up to half the lease.)
+  if (!asynchronous_beats) CHECK(forgotten < 0.5);
+  won.release();
+  proxy.set("pass");
 }

@@ -158,7 +158,7 @@ class GrantBook {
   // row, on our clock, never later). Returns its generation.
   std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat, ServerSession at) {
     LightLock lock(mutex_);
-    if (held_ && lost_) ended_lost_.push_back(generation_);  // its guard still answers lost()
+    if (held_ && (lost_ || past_deadline(sent))) ended_lost_.push_back(generation_);  // its guard still answers lost()
     last_good_session_ = at.session;
     last_good_history_ = at.history;
     recent_.clear();
