@@ -2,8 +2,9 @@
 // ..., AsioExecutor> (AsioMutex's executor on the blocking backend; AsioMutex
 // itself needs the Session implementation): every completion token, a
 // cancelled waiter that leaves no row, a lease lost to a force-release, and
-// the user's loop staying responsive while a statement hangs on a row lock.
-// Orders are checked, never timings.
+// the user's loop staying responsive while a statement hangs on a row lock,
+// and AsioMutex under a handler that spins past the lease. Orders are
+// checked; the only timings (the spin test's) have a margin of a second.
 #include "pgmutex/asio.hpp"  // first: the header is self-contained
 
 #include <atomic>
@@ -61,7 +62,7 @@ struct World {
     a.create_schema();
     runner = std::thread([this] { io.run(); });
   }
-  // Stopped, not drained: a wake-up of a released grant stays due for a while.
+  // Stopped, not drained: the work guard keeps it running (the wake-ups are not on it).
   ~World() {
     io.stop();
     runner.join();

@@ -51,7 +51,7 @@ struct World {
     a.create_schema();
     runner = std::thread([this] { io.run(); });
   }
-  // Stopped, not drained: a wake-up of a released grant stays due for a heartbeat interval.
+  // Stopped, not drained: the work guard keeps it running (the wake-ups are not on it).
   ~World() {
     io.stop();
     runner.join();
