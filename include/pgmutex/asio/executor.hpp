@@ -18,6 +18,7 @@
 #include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "pgmutex/asio/async_ops.hpp"
 #include "pgmutex/executor.hpp"
@@ -26,7 +27,14 @@ namespace pgmutex {
 
 class AsioExecutor {
  public:
-  explicit AsioExecutor(boost::asio::any_io_executor loop) : loop_(std::move(loop)) {}
+  // A timer made (and dropped) on the loop starts its context's reactor, as
+  // the mutex's timers did when they lived there: an idle loop then waits in
+  // the reactor, which a post from pgmutex's threads wakes under the
+  // scheduler's lock, not on a condition variable signalled after it (which
+  // races with an io_context destroyed as soon as its last handler ran).
+  explicit AsioExecutor(boost::asio::any_io_executor loop) : loop_(std::move(loop)) {
+    (void)boost::asio::steady_timer(loop_);
+  }
 
   [[nodiscard]] const boost::asio::any_io_executor& get_executor() const noexcept { return loop_; }
 
