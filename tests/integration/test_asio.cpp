@@ -2,8 +2,9 @@
 // ..., AsioExecutor> (AsioMutex's executor on the blocking backend; AsioMutex
 // itself needs the Session implementation): every completion token, a
 // cancelled waiter that leaves no row, a lease lost to a force-release, and
-// the user's loop staying responsive while a statement hangs on a row lock.
-// Orders are checked, never timings.
+// the user's loop staying responsive while a statement hangs on a row lock,
+// and AsioMutex under a handler that spins past the lease. Orders are
+// checked; the only timings (the spin test's) have a margin of a second.
 #include "pgmutex/asio.hpp"  // first: the header is self-contained
 
 #include <atomic>
@@ -61,7 +62,7 @@ struct World {
     a.create_schema();
     runner = std::thread([this] { io.run(); });
   }
-  // Stopped, not drained: a wake-up of a released grant stays due for a while.
+  // Stopped, not drained: the work guard keeps it running (the wake-ups are not on it).
   ~World() {
     io.stop();
     runner.join();
@@ -305,4 +306,111 @@ TEST_CASE("AsioMutex on a Session: a cancelled watching waiter leaves no row; a 
   CHECK(held.lost());
   std::this_thread::sleep_for(200ms);  // the cancelled waiter, were it still watching, would take it now
   CHECK_FALSE(w.row());
+}
+
+// Issue 16, item 2: a CPU-bound handler on the single thread of the user's
+// io_context. Orders are checked, with margins of whole leases.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Posts a handler that spins on the loop's thread until `until` (set later)
+// passes; returns once it spins.
+struct Spinner {
+  std::atomic<Clock::rep> until{Clock::time_point::max().time_since_epoch().count()};
+  Clock::time_point ended;  // read after a handler queued behind it ran
+  void start(asio::io_context& io) {
+    std::promise<void> spinning;
+    asio::post(io, [&] {
+      spinning.set_value();
+      while (Clock::now().time_since_epoch().count() < until.load()) {
+      }
+      ended = Clock::now();
+    });
+    spinning.get_future().wait();
+  }
+  void stop_at(Clock::time_point t) { until = t.time_since_epoch().count(); }
+};
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+TEST_CASE("AsioMutex: a handler spinning past the stale threshold does not stop the heartbeats", "[asio][session]") {
+  SessionWorld w;
+  auto held = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(held);
+  Spinner spin;
+  spin.start(w.io);
+  const auto began = Clock::now();
+  spin.stop_at(began + 4s);  // the stale threshold is 3 s
+  std::this_thread::sleep_until(began + 3500ms);
+  // A rival on the other session: the row would be stale by now had the beats stopped with the loop.
+  const auto tried_at = Clock::now();
+  auto rival = w.c.try_acquire();
+  const bool lost_meanwhile = held.lost();
+  std::promise<void> after_spin;
+  asio::post(w.io, [&] { after_spin.set_value(); });
+  after_spin.get_future().wait();
+  INFO("rival tried " << seconds(tried_at - began) << " s after the spin began");
+  CHECK_FALSE(rival);
+  CHECK(rival.why() == Errc::lock_held);
+  CHECK_FALSE(lost_meanwhile);
+  CHECK_FALSE(held.lost());
+  CHECK(w.row()->instance_id == "a");
+  held.async_release(asio::use_future).get();
+}
+
+TEST_CASE("AsioMutex: a handler spinning past the lease; the stop token fires at the deadline, off the loop",
+          "[asio][session]") {
+  SessionWorld w;
+  const auto lease = 1500ms;  // quick(): stale 3 s - margin 1.5 s
+  auto held = w.a.async_try_acquire(asio::use_future).get();
+  REQUIRE(held);
+  std::atomic<Clock::rep> stopped_at{0};
+  std::atomic<bool> stopped_on_loop{false};
+  const auto loop_thread = w.runner.get_id();
+  std::stop_callback on_stop(held.stop_token(), [&] {
+    stopped_at = Clock::now().time_since_epoch().count();
+    stopped_on_loop = std::this_thread::get_id() == loop_thread;
+  });
+  std::promise<std::pair<error_code, Clock::time_point>> lost;
+  held.async_wait_lost([&](error_code ec) { lost.set_value({ec, Clock::now()}); });
+
+  Spinner spin;
+  spin.start(w.io);
+  // Another session locks the row: every heartbeat from now on waits on it
+  // until its timeout and fails, so the last good one went out before now.
+  std::promise<void> locked, finish;
+  std::thread blocker([&, table = w.table] {
+    pqxx::connection c("");
+    pqxx::work tx(c);
+    tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'x' FOR UPDATE");
+    locked.set_value();
+    finish.get_future().wait();
+    tx.abort();
+  });
+  locked.get_future().wait();
+  const auto cut_at = Clock::now();  // the deadline is before cut_at + lease
+  spin.stop_at(cut_at + 2 * lease);
+
+  auto lost_future = lost.get_future();
+  const bool told = lost_future.wait_for(30s) == std::future_status::ready;
+  finish.set_value();
+  blocker.join();
+  REQUIRE(told);
+  auto [ec, lost_at] = lost_future.get();
+  REQUIRE(stopped_at.load() != 0);
+  const Clock::time_point stopped{Clock::duration(stopped_at.load())};
+  INFO("stop fired " << seconds(stopped - cut_at) << " s after the row was locked (deadline by "
+                     << seconds(lease) << " s); the spin ended at " << seconds(spin.ended - cut_at)
+                     << " s; async_wait_lost completed " << seconds(lost_at - spin.ended) << " s after the spin");
+  CHECK_FALSE(ec);
+  CHECK(stopped < spin.ended);               // the deadline did not wait for the loop
+  CHECK(stopped - cut_at < lease + 1000ms);  // at the deadline, give or take a loaded machine
+  CHECK_FALSE(stopped_on_loop);
+  CHECK(lost_at >= spin.ended);  // the handler runs on the loop, as soon as it is free
+  CHECK(lost_at - spin.ended < 1000ms);
+  CHECK(held.lost());
 }

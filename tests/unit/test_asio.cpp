@@ -51,7 +51,7 @@ struct World {
     a.create_schema();
     runner = std::thread([this] { io.run(); });
   }
-  // Stopped, not drained: a wake-up of a released grant stays due for a heartbeat interval.
+  // Stopped, not drained: the work guard keeps it running (the wake-ups are not on it).
   ~World() {
     io.stop();
     runner.join();
@@ -61,19 +61,24 @@ struct World {
 
 }  // namespace
 
-TEST_CASE("AsioExecutor: a cancelled task never runs; a due one runs on the user's loop", "[asio]") {
-  asio::io_context io;
+TEST_CASE("AsioExecutor: a cancelled task never runs; a due one runs off the user's loop, which need not run",
+          "[asio]") {
+  asio::io_context io;  // never run: the lease timer must not wait for it
   AsioExecutor executor(io.get_executor());
   STATIC_REQUIRE(Executor<AsioExecutor>);
-  bool cancelled_ran = false;
-  std::thread::id ran_on;
-  const TaskId doomed = executor.schedule_after(0ns, [&] { cancelled_ran = true; });
-  (void)executor.schedule_after(1ms, [&] { ran_on = std::this_thread::get_id(); });
+  std::atomic<bool> cancelled_ran{false};
+  std::promise<std::thread::id> ran_on;
+  // Due before the witness (tasks run in due order), cancelled long before it is due.
+  const TaskId doomed = executor.schedule_after(500ms, [&] { cancelled_ran = true; });
+  (void)executor.schedule_after(600ms, [&] { ran_on.set_value(std::this_thread::get_id()); });
   executor.cancel(doomed);
   executor.cancel(12345);  // unknown: nothing
-  io.run();
+  auto ran = ran_on.get_future();
+  REQUIRE(ran.wait_for(30s) == std::future_status::ready);  // with the loop never run
+  const std::thread::id runner = ran.get();
+  CHECK(runner != std::this_thread::get_id());
   CHECK_FALSE(cancelled_ran);
-  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(io.poll() == 0);  // nothing was queued on the loop
 }
 
 TEST_CASE("AsioExecutor: cancel waits for a task running on another thread", "[asio]") {
@@ -85,11 +90,9 @@ TEST_CASE("AsioExecutor: cancel waits for a task running on another thread", "[a
     std::this_thread::sleep_for(50ms);
     finished = true;
   });
-  std::thread runner([&] { io.run(); });
   while (!started) std::this_thread::yield();
   executor.cancel(id);
   CHECK(finished);
-  runner.join();
 }
 
 TEST_CASE("async_try_acquire and async_release with callbacks", "[asio]") {
@@ -257,6 +260,68 @@ TEST_CASE("async_wait_lost completes when the row is taken away; cancelled, it c
   std::promise<error_code> none;
   empty.async_wait_lost([&](error_code ec) { none.set_value(ec); });
   CHECK(std::error_code(none.get_future().get()) == Errc::lock_not_held);
+}
+
+// Issue 16, item 2: a CPU-bound handler on a single-threaded io_context must
+// not delay the lease deadline. Every heartbeat fails (the connection is
+// partitioned) while a handler spins on the loop for 4 leases: the guard's
+// stop token is stopped by the deadline, off the loop, while it still spins;
+// async_wait_lost completes once the loop runs again. Only orders are
+// checked (the deadline's slack is 3 leases).
+TEST_CASE("a handler that spins past the lease: the stop token fires at the deadline, off the loop", "[asio]") {
+  using Clock = std::chrono::steady_clock;
+  World w;
+  Options o = opts("spinner");
+  o.heartbeat_interval = 100ms;
+  o.alert_threshold = 800ms;
+  o.stale_threshold = 1s;
+  o.safety_margin = 500ms;  // a lease of 500 ms
+  AsioMemoryMutex m{MemoryBackend(w.server, "spinner"), o, {}, {}, AsioExecutor(w.io.get_executor())};
+  const auto lease = 500ms;
+  Guard g = m.async_try_acquire(asio::use_future).get();
+  REQUIRE(g);
+
+  std::atomic<Clock::rep> stopped_at{0};
+  std::atomic<bool> stopped_on_loop{false};
+  std::thread::id loop_thread = w.runner.get_id();
+  std::stop_callback on_stop(g.stop_token(), [&] {
+    stopped_at = Clock::now().time_since_epoch().count();
+    stopped_on_loop = std::this_thread::get_id() == loop_thread;
+  });
+  std::promise<std::pair<error_code, Clock::time_point>> lost;
+  g.async_wait_lost([&](error_code ec) { lost.set_value({ec, Clock::now()}); });
+
+  std::promise<void> spinning;
+  std::atomic<Clock::rep> spin_until{Clock::time_point::max().time_since_epoch().count()};
+  Clock::time_point spin_end;
+  bool lost_seen_in_spin = false;
+  asio::post(w.io, [&] {
+    spinning.set_value();
+    while (Clock::now().time_since_epoch().count() < spin_until.load()) {
+    }
+    lost_seen_in_spin = g.lost();
+    spin_end = Clock::now();
+  });
+  spinning.get_future().wait();
+  w.server->partition("spinner");  // from now on every heartbeat fails: the deadline comes
+  const auto cut_at = Clock::now();
+  spin_until = (cut_at + 4 * lease).time_since_epoch().count();
+
+  auto [ec, lost_at] = lost.get_future().get();
+  CHECK_FALSE(ec);
+  const Clock::time_point stopped{Clock::duration(stopped_at.load())};
+  REQUIRE(stopped_at.load() != 0);
+  INFO("stop fired " << std::chrono::duration<double>(stopped - cut_at).count()
+                     << " s after the cut (deadline by " << std::chrono::duration<double>(lease).count()
+                     << " s), spin ended " << std::chrono::duration<double>(spin_end - cut_at).count()
+                     << " s after, async_wait_lost completed "
+                     << std::chrono::duration<double>(lost_at - spin_end).count() << " s after the spin");
+  CHECK(stopped < spin_end);  // the deadline did not wait for the loop
+  CHECK_FALSE(stopped_on_loop);
+  CHECK(lost_seen_in_spin);   // read on the loop, the guard says lost once the deadline passed
+  CHECK(lost_at >= spin_end);  // its handler runs on the loop
+  CHECK(g.lost());
+  w.server->heal("spinner");
 }
 
 TEST_CASE("the operation survives its mutex: moved or destroyed meanwhile", "[asio]") {

@@ -58,8 +58,9 @@ class Completion {
   Handler handler_;
 };
 
-// The user's loop of a mutex (its AsioExecutor's executor): where its timers
-// run and, by default, its handlers.
+// The user's loop of a mutex (its AsioExecutor's executor): where an
+// async_acquire's poll and timeout timers run and, by default, its handlers.
+// Never its lease timer or heartbeat cadence: those are on the timer thread.
 template <class State>
 boost::asio::any_io_executor loop_of(const State& state) {
   return state.executor.get_executor();

@@ -2,6 +2,9 @@
 // grant's std::stop_token (the watchdog and a heartbeat that finds the row
 // gone both stop it), or with operation_aborted when its cancellation slot
 // fires. Whichever comes first wins (`done_`); the other finds nothing to do.
+// The token is stopped off the user's loop (the lease deadline is on the timer
+// thread), so only the completion is posted there: it runs as soon as the
+// loop runs again, however long a handler kept it busy.
 #pragma once
 
 #include <atomic>
