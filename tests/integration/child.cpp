@@ -32,7 +32,8 @@ long long now_ns() {
       .count();
 }
 
-int hold(const std::string& table, const std::string& lock, const std::string& instance) {
+// A holder's options: a beat every 200 ms, stale at 2 s.
+pgmutex::Options holder_options(const std::string& table, const std::string& lock, const std::string& instance) {
   pgmutex::Options o;
   o.table = table;
   o.lock_name = lock;
@@ -41,7 +42,11 @@ int hold(const std::string& table, const std::string& lock, const std::string& i
   o.alert_threshold = 1s;
   o.stale_threshold = 2s;
   o.poll_interval = 50ms;
-  pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
+  return o;
+}
+
+int hold(const std::string& table, const std::string& lock, const std::string& instance) {
+  pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), holder_options(table, lock, instance));
   auto guard = mutex.acquire(10s);
   if (!guard) {
     std::cout << "not-acquired" << std::endl;
@@ -60,8 +65,10 @@ int watch_until_lost(Guard& guard) {
   long long checks = 0;
   for (;;) {
     ++checks;
-    const bool held = static_cast<bool>(guard) && !guard.lost();
+    // The time is read before the guard: a stop that lands between the two
+    // must not date a read made before it as after it.
     const long long at = now_ns();
+    const bool held = static_cast<bool>(guard) && !guard.lost();
     if (!held) {
       std::cout << "lost " << last_held << " " << at << " " << checks << std::endl;
       return 0;
@@ -71,14 +78,7 @@ int watch_until_lost(Guard& guard) {
 }
 
 int watch(const std::string& table, const std::string& lock, const std::string& instance, const std::string& kind) {
-  pgmutex::Options o;
-  o.table = table;
-  o.lock_name = lock;
-  o.instance_id = instance;
-  o.heartbeat_interval = 200ms;
-  o.alert_threshold = 1s;
-  o.stale_threshold = 2s;
-  o.poll_interval = 50ms;
+  const pgmutex::Options o = holder_options(table, lock, instance);
   if (kind == "session") {
     auto session = pgmutex::Session::create("");
     pgmutex::SessionMutex mutex(session->backend(), o);

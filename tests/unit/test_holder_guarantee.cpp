@@ -10,6 +10,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <memory>
+#include <vector>
 #include <atomic>
 #include <functional>
 #include <thread>
@@ -388,4 +391,45 @@ TEST_CASE("a WAL writer that never catches up: a durable heartbeat at half the l
   REQUIRE(row);
   CHECK(row->seconds_since_heartbeat <= 280.0);
   CHECK(row->seconds_since_heartbeat >= 10.0);  // it did forget some: the beats were asynchronous
+}
+
+// The lease_renewed hook tells each deadline the mutex enforces (pgmutex run
+// hands it to its guard process): first the acquire's send plus the lease,
+// then each later one a heartbeat earned; never later than when the lease
+// is declared lost, whatever the server forgets.
+namespace {
+struct DeadlineLog {
+  std::shared_ptr<std::vector<std::chrono::nanoseconds>> deadlines = std::make_shared<std::vector<std::chrono::nanoseconds>>();
+  void lease_renewed(std::string_view, std::string_view, std::chrono::nanoseconds deadline) {
+    deadlines->push_back(deadline);
+  }
+};
+}  // namespace
+
+TEST_CASE("lease_renewed tells each deadline the mutex enforces", "[guarantee][hooks]") {
+  const bool asynchronous = GENERATE(false, true);
+  CAPTURE(asynchronous);
+  Simulation sim;
+  if (asynchronous) sim.server().set_asynchronous_heartbeats(3s);
+  DeadlineLog log;
+  auto a = sim.instance(Options{.lock_name = "job", .instance_id = "a"}, log);  // lease 540 s, beats every 10 s
+  a.create_schema();
+  const auto acquired_at = sim.now().time_since_epoch();
+  auto guard = a.try_acquire();
+  REQUIRE(guard);
+  REQUIRE(log.deadlines->size() == 1);
+  CHECK(log.deadlines->front() == acquired_at + a.options().lease());
+  sim.advance(60s);
+  REQUIRE(log.deadlines->size() >= 4);
+  CHECK(std::is_sorted(log.deadlines->begin(), log.deadlines->end()));
+  CHECK(log.deadlines->back() > acquired_at + a.options().lease());
+  CHECK(log.deadlines->back() <= sim.now().time_since_epoch() + a.options().lease());
+  // Cut off: the last deadline told is when the lease is declared lost.
+  sim.server().partition("a");
+  const auto last = log.deadlines->back();
+  sim.advance(last - sim.now().time_since_epoch() - 1ms);
+  CHECK_FALSE(guard.lost());
+  sim.advance(1ms);
+  CHECK(guard.lost());
+  CHECK(log.deadlines->back() == last);
 }

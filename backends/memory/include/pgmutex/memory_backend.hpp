@@ -209,7 +209,11 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     detail::LightLock lock(mutex_);
     for (auto& [name, table] : tables_)
       for (auto& [lock_name, row] : table.rows)
-        if (row.present && !durable(row.last_heartbeat)) row.last_heartbeat = row.durable_heartbeat;
+        if (row.present) {
+          settle(row);
+          if (!durable(row.last_heartbeat)) row.last_heartbeat = row.durable_heartbeat;
+          row.unflushed.clear();
+        }
     last_flush_ = now();  // what survived is on disk
     ++restarts_;
     fail_next_ = std::max(fail_next_, 1);
@@ -299,7 +303,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     Fence fence = 0;
     GrantToken token = 0;
     std::chrono::nanoseconds stale_threshold{};  // the holder's
-    std::chrono::nanoseconds durable_heartbeat{};  // what a restart keeps of last_heartbeat
+    std::chrono::nanoseconds durable_heartbeat{};  // what a restart keeps of last_heartbeat (see settle)
+    std::deque<std::chrono::nanoseconds> unflushed;  // asynchronous heartbeats since, not yet known durable
     std::chrono::nanoseconds last_heartbeat{};
     std::chrono::nanoseconds acquired_at{};
     std::string holder_host;  // as the request gave them: the memory backend has no defaults
@@ -444,8 +449,26 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
   // Called with mutex_ held: a heartbeat of `row`, committed asynchronously if so set.
   void beat(Row& row) {
-    if (durable(row.last_heartbeat)) row.durable_heartbeat = row.last_heartbeat;
+    settle(row);
     row.last_heartbeat = now();
+    if (flush_delay_ > std::chrono::nanoseconds::zero()) [[unlikely]]
+      row.unflushed.push_back(row.last_heartbeat);
+    else
+      row.durable_heartbeat = row.last_heartbeat;
+  }
+  // Called with mutex_ held: every heartbeat of `row` that is durable by now
+  // is what a restart keeps, the newest of them (not just the one before the
+  // last: a WAL writer slower than the beats flushes several at once).
+  void settle(Row& row) const {
+    while (!row.unflushed.empty() && durable(row.unflushed.front())) {
+      row.durable_heartbeat = std::max(row.durable_heartbeat, row.unflushed.front());
+      row.unflushed.pop_front();
+    }
+  }
+  // Called with mutex_ held: `row` was just committed synchronously.
+  static void made_durable(Row& row) {
+    row.durable_heartbeat = row.last_heartbeat;
+    row.unflushed.clear();
   }
   // Called with mutex_ held: the write-ahead log as a heartbeat starting now
   // sees it, for BackendReportsDurability. A position is a server time (+1,
@@ -598,7 +621,8 @@ class MemoryBackend {
       row.holder_pid = request.holder_details.pid;
       if (!detail::same_text(row.holder_command, request.holder_details.command))
         row.holder_command.assign(request.holder_details.command);
-      row.last_heartbeat = row.acquired_at = row.durable_heartbeat = now;
+      row.last_heartbeat = row.acquired_at = now;
+      MemoryServer::made_durable(row);
       server_->flush();
       result.acquired = true;
       result.fence = row.fence;
@@ -618,7 +642,7 @@ class MemoryBackend {
       server_->beat(row);
       if (durable) {
         server_->flush();  // a synchronous commit flushes every earlier one
-        row.durable_heartbeat = row.last_heartbeat;
+        MemoryServer::made_durable(row);
         beat_history_ = history;
       }
     });
