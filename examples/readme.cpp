@@ -45,6 +45,7 @@ void with_metrics(pgmutex::PostgresBackend backend, pgmutex::Options options) {
     void acquire_latency(std::string_view lock_name, std::string_view instance_id, double seconds) {}
     void lost(std::string_view lock_name, std::string_view instance_id, const pgmutex::Error& reason) {}
     void heartbeat_failed(std::string_view lock_name, std::string_view instance_id, const pgmutex::Error& error) {}
+    void lease_renewed(std::string_view lock_name, std::string_view instance_id, std::chrono::nanoseconds deadline) {}
   };
   pgmutex::BasicMutex<pgmutex::PostgresBackend, pgmutex::SteadyClock, MyMetrics> mutex(std::move(backend), options, {}, MyMetrics{});
 }
