@@ -50,6 +50,36 @@ pgmutex::Options quick(std::string table, std::string instance) {
 }
 
 // The user's loop, run by one thread; two mutexes on one lock.
+// Another session holds lock 'x''s row (FOR UPDATE) from construction until
+// release() or destruction: every heartbeat's UPDATE waits on it until its
+// timeout and fails.
+class RowLocker {
+ public:
+  explicit RowLocker(const std::string& table)
+      : thread_([this, table] {
+          pqxx::connection c("");
+          pqxx::work tx(c);
+          tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'x' FOR UPDATE");
+          locked_.set_value();
+          finish_.get_future().wait();
+          tx.abort();
+        }) {
+    locked_.get_future().wait();
+  }
+  RowLocker(const RowLocker&) = delete;
+  RowLocker& operator=(const RowLocker&) = delete;
+  ~RowLocker() { release(); }
+  void release() {
+    if (!thread_.joinable()) return;
+    finish_.set_value();
+    thread_.join();
+  }
+
+ private:
+  std::promise<void> locked_, finish_;
+  std::thread thread_;
+};
+
 struct World {
   std::string table = fresh_table("asio");
   asio::io_context io;
@@ -180,16 +210,7 @@ TEST_CASE("the user's loop stays responsive while a statement waits on a row loc
   Guard g = w.a.async_try_acquire(asio::use_future).get();
   REQUIRE(g);
   // Another session locks the row: the heartbeat's UPDATE waits on it until its timeout.
-  std::promise<void> locked, finish;
-  std::thread blocker([&, table = w.table] {
-    pqxx::connection c("");
-    pqxx::work tx(c);
-    tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'x' FOR UPDATE");
-    locked.set_value();
-    finish.get_future().wait();
-    tx.commit();
-  });
-  locked.get_future().wait();
+  RowLocker blocker(w.table);
 
   // A 10 ms tick on the loop, counted until the hung heartbeat completes.
   std::atomic<int> ticks{0};
@@ -215,8 +236,7 @@ TEST_CASE("the user's loop stays responsive while a statement waits on a row loc
   });
   auto [ec, ticks_meanwhile] = beat.get_future().get();
   ticks_over.get_future().wait();
-  finish.set_value();
-  blocker.join();
+  blocker.release();
   INFO("heartbeat: " << ec.message());
   INFO("ticks while it waited: " << ticks_meanwhile);
   CHECK(ec);                    // it gave up on the row lock
@@ -382,23 +402,13 @@ TEST_CASE("AsioMutex: a handler spinning past the lease; the stop token fires at
   spin.start(w.io);
   // Another session locks the row: every heartbeat from now on waits on it
   // until its timeout and fails, so the last good one went out before now.
-  std::promise<void> locked, finish;
-  std::thread blocker([&, table = w.table] {
-    pqxx::connection c("");
-    pqxx::work tx(c);
-    tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'x' FOR UPDATE");
-    locked.set_value();
-    finish.get_future().wait();
-    tx.abort();
-  });
-  locked.get_future().wait();
+  RowLocker blocker(w.table);
   const auto cut_at = Clock::now();  // the deadline is before cut_at + lease
   spin.stop_at(cut_at + 2 * lease);
 
   auto lost_future = lost.get_future();
   const bool told = lost_future.wait_for(30s) == std::future_status::ready;
-  finish.set_value();
-  blocker.join();
+  blocker.release();
   REQUIRE(told);
   auto [ec, lost_at] = lost_future.get();
   REQUIRE(stopped_at.load() != 0);
