@@ -115,6 +115,18 @@ Outcome simulate(std::uint64_t seed) {
   std::vector<Fence> resource(spots.size(), 0);  // the highest fence each protected resource accepted
   std::ostringstream why;
 
+  // Holds back a client's timers (or lets them run again), noted in `held`.
+  const auto toggle_hold = [&](std::vector<bool>& held, int who) {
+    const std::string connection = "i" + std::to_string(who);
+    held[who] = !held[who];
+    if (held[who]) {
+      sim.pause(connection);
+      ++out.pauses;
+    } else {
+      sim.resume(connection);
+    }
+  };
+
   for (int step = 0; step < steps_per_run && out.failure.empty(); ++step) {
     const int who = static_cast<int>(actions.below(instance_count));
     const std::size_t lock = static_cast<std::size_t>(who) % spots.size();
@@ -160,25 +172,12 @@ Outcome simulate(std::uint64_t seed) {
           ++out.restarts;
         }
         break;
-      case 10:  // SIGSTOP / SIGCONT of the whole client
-        if (stalled[who]) break;
-        paused[who] = !paused[who];
-        if (paused[who]) {
-          sim.pause(connection);
-          ++out.pauses;
-        } else {
-          sim.resume(connection);
-        }  // its late timers run at the next advance: it is checked before
+      case 10:  // SIGSTOP / SIGCONT of the whole client; its late timers run
+                // at the next advance, and it is checked before
+        if (!stalled[who]) toggle_hold(paused, who);
         break;
       case 11:  // its timer thread stalls, or runs again
-        if (paused[who]) break;
-        stalled[who] = !stalled[who];
-        if (stalled[who]) {
-          sim.pause(connection);
-          ++out.pauses;
-        } else {
-          sim.resume(connection);
-        }
+        if (!paused[who]) toggle_hold(stalled, who);
         break;
       default:
         sim.advance(std::chrono::seconds(time.between(1, 240)));

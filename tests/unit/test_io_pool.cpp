@@ -82,14 +82,24 @@ TEST_CASE("a post that finds no thread runs its task exactly once or throws and 
   }
 }
 
-TEST_CASE("a lost lease is announced when its notification found no thread to run on", "[io_pool][mutex]") {
-  auto server = MemoryServer::create();
+// A real-time mutex over the in-memory server, holding its lock.
+struct Holder {
   RecordingMetrics record;
   std::optional<RealMutex> a;
-  a.emplace(MemoryBackend(server, "a"), real_options(), RealMutex::clock_type{}, record);
-  a->create_schema();
-  auto guard = a->try_acquire();
-  REQUIRE(guard);
+  RealMutex::guard_type guard;
+  Holder() {
+    a.emplace(MemoryBackend(MemoryServer::create(), "a"), real_options(), RealMutex::clock_type{}, record);
+    a->create_schema();
+    guard = a->try_acquire();
+    REQUIRE(guard);
+  }
+};
+
+TEST_CASE("a lost lease is announced when its notification found no thread to run on", "[io_pool][mutex]") {
+  Holder h;
+  RecordingMetrics& record = h.record;
+  std::optional<RealMutex>& a = h.a;
+  RealMutex::guard_type& guard = h.guard;
   std::atomic<bool> stopped{false};
   std::stop_callback on_stop(guard.stop_token(), [&] { stopped = true; });
 
@@ -110,13 +120,9 @@ TEST_CASE("a lost lease is announced when its notification found no thread to ru
 }
 
 TEST_CASE("a mutex destroyed while its posted beats wait for a thread", "[io_pool][mutex]") {
-  auto server = MemoryServer::create();
-  RecordingMetrics record;
-  std::optional<RealMutex> a;
-  a.emplace(MemoryBackend(server, "a"), real_options(), RealMutex::clock_type{}, record);
-  a->create_schema();
-  auto guard = a->try_acquire();
-  REQUIRE(guard);
+  Holder h;
+  std::optional<RealMutex>& a = h.a;
+  RealMutex::guard_type& guard = h.guard;
 
   NoThreads no_threads;
   std::this_thread::sleep_for(350ms);  // beats are due, and posted, but no thread runs them
