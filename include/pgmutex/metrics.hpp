@@ -18,6 +18,10 @@
 // shares (pgmutex run hands it to its guard process). Never later than the
 // deadline the mutex itself enforces.
 //
+// stale_reclaimed fires when the server's answer says the grant took over a
+// stale row. An acquire whose reply was lost, and whose row was then read
+// back as its own, reports acquired alone: whom it replaced is not known.
+//
 // Presence is detected at compile time: an absent hook generates no code. A
 // member with a hook's name but another signature fails the Metrics concept
 // with the hook's name in the error. A hook that throws never breaks the lock.
