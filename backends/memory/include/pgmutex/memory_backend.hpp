@@ -215,7 +215,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
           row.unflushed.clear();
         }
     last_flush_ = now();  // what survived is on disk
-    ++restarts_;
+    restarts_.fetch_add(1, std::memory_order_relaxed);
     fail_next_ = std::max(fail_next_, 1);
     fail_with_ = Errc::backend_unavailable;
     rearm();
@@ -252,7 +252,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
       }
     }
     history_.fetch_add(1, std::memory_order_relaxed);
-    ++restarts_;
+    restarts_.fetch_add(1, std::memory_order_relaxed);
     last_flush_ = now();
     fail_next_ = std::max(fail_next_, 1);
     fail_with_ = Errc::backend_unavailable;
@@ -468,7 +468,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // Called with mutex_ held: `row` was just committed synchronously.
   static void made_durable(Row& row) {
     row.durable_heartbeat = row.last_heartbeat;
-    row.unflushed.clear();
+    if (!row.unflushed.empty()) row.unflushed.clear();  // a deque's clear() is a call even when empty
   }
   // Called with mutex_ held: the write-ahead log as a heartbeat starting now
   // sees it, for BackendReportsDurability. A position is a server time (+1,
@@ -518,7 +518,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::optional<std::chrono::nanoseconds> failover_grace_;  // see set_failover_grace
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
   std::chrono::nanoseconds last_flush_{};
-  std::uint64_t restarts_ = 0;
+  // restart()s and fail_over()s so far: the server session. Changed with
+  // mutex_ held; read without it, like history_ (a session read per acquire).
+  std::atomic<std::uint64_t> restarts_{0};
   // fail_over()s so far. Changed with mutex_ held; read without it too, so
   // that asking for it costs an acquire/release cycle no lock.
   std::atomic<std::uint64_t> history_{0};
@@ -549,8 +551,7 @@ class MemoryBackend {
 
   // The server session: every connection gets a new one when the server restarts.
   [[nodiscard]] std::uint64_t session() const noexcept {
-    detail::LightLock lock(server_->mutex_);
-    return server_->restarts_;
+    return server_->restarts_.load(std::memory_order_relaxed);
   }
 
   // The server history: another after each MemoryServer::fail_over().
