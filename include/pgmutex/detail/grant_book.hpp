@@ -5,10 +5,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <vector>
 #include <optional>
 #include <stop_token>
@@ -98,10 +100,13 @@ class GrantBook {
   // thread). The caller announces the notice, outside every lock. Called
   // before anything that acts on the grant, so that no action of a grant
   // past its deadline goes out as if it were held.
-  [[nodiscard]] std::optional<LostNotice> expire(time_point now) {
-    LightLock lock(mutex_);
-    if (!held_ || lost_ || !past_deadline(now)) return std::nullopt;
-    return lose(deadline_passed(now));
+  // Twice per acquire/release cycle: `now` before the deadline (or nothing
+  // held) answers from due_ without the lock or a call; anything else is
+  // decided under the lock, as every other read.
+  [[nodiscard]] PGMUTEX_ALWAYS_INLINE std::optional<LostNotice> expire(time_point now) {
+    if (now.time_since_epoch().count() < due_.load(std::memory_order_acquire)) [[likely]]
+      return std::nullopt;
+    return expire_locked(now);
   }
 
   // The guard of grant `generation` is gone: no need to remember how it ended.
@@ -156,12 +161,15 @@ class GrantBook {
 
   // A new grant whose lease counts from `sent` (when the server stamped the
   // row, on our clock, never later). Returns its generation.
-  std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat, ServerSession at) {
+  // begin() and end() run once per acquire/release cycle each, from one
+  // caller: inlined there, they cost no call and no spill.
+  PGMUTEX_ALWAYS_INLINE std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat,
+                                            ServerSession at) {
     LightLock lock(mutex_);
     if (held_ && (lost_ || past_deadline(sent))) ended_lost_.push_back(generation_);  // its guard still answers lost()
     last_good_session_ = at.session;
     last_good_history_ = at.history;
-    recent_.clear();
+    if (!recent_.empty()) recent_.clear();  // a deque's clear() is a call even when empty
     held_ = true;
     lost_ = false;
     fence_ = fence;
@@ -169,9 +177,10 @@ class GrantBook {
     ++generation_;
     failures_ = 0;
     beat_in_flight_ = false;
-    stop_source_.reset();
+    if (stop_source_) stop_source_.reset();
     last_good_send_ = trusted_send_ = sent;  // an acquire commits synchronously
     next_beat_at_ = std::min(next_beat, sent + lease_);
+    note_deadline();
     return generation_;
   }
 
@@ -182,7 +191,7 @@ class GrantBook {
     Grant grant;
     bool was_lost = false;
   };
-  std::optional<Ended> end(std::uint64_t generation) {
+  PGMUTEX_ALWAYS_INLINE std::optional<Ended> end(std::uint64_t generation) {
     LightLock lock(mutex_);
     if (!held_ || generation != generation_) return std::nullopt;
     Ended ended{Grant{fence_, token_, generation_}, lost_};
@@ -190,7 +199,9 @@ class GrantBook {
     held_ = false;
     lost_ = false;
     ++generation_;  // the guard's grant is over: its lost()/stop_token() no longer apply
-    stop_source_.reset();
+    if (stop_source_) [[unlikely]]
+      stop_source_.reset();
+    note_deadline();
     return ended;
   }
 
@@ -285,7 +296,10 @@ class GrantBook {
         }
       }
       failures_ = 0;
-      if (trusted_send_ != trusted_before) out.renewed = trusted_send_ + lease_;
+      if (trusted_send_ != trusted_before) {
+        out.renewed = trusted_send_ + lease_;
+        note_deadline();
+      }
       if (automatic) next_beat_at_ = std::min(now + interval, trusted_send_ + lease_);
     } else if (answer.error() == Errc::lock_not_held) {
       out.lost = lose(Error(Errc::lease_lost, "row gone or granted to another holder: " + answer.error().detail));
@@ -303,6 +317,23 @@ class GrantBook {
   }
 
  private:
+  PGMUTEX_NOINLINE std::optional<LostNotice> expire_locked(time_point now) {
+    LightLock lock(mutex_);
+    if (!held_ || lost_ || !past_deadline(now)) return std::nullopt;
+    return lose(deadline_passed(now));
+  }
+
+  // Called with mutex_ held after every change to held_, lost_ or
+  // trusted_send_: what expire() compares `now` with. The deadline rounded
+  // down to the clock's tick, so that `now` below it is before the deadline
+  // for sure; none (the largest value) while no grant is held or once it is lost.
+  void note_deadline() noexcept {
+    using tick = typename time_point::duration;
+    const auto due = held_ && !lost_ ? std::chrono::floor<tick>(trusted_send_ + lease_).time_since_epoch().count()
+                                     : std::numeric_limits<typename tick::rep>::max();
+    due_.store(due, std::memory_order_release);
+  }
+
   // Called with mutex_ held, for an asynchronous commit acknowledged at
   // `answered` for a heartbeat sent at `sent`, answered in `at`. Its
   // wal_before lies past the commit of every earlier heartbeat whose answer
@@ -351,6 +382,7 @@ class GrantBook {
   // Called with mutex_ held.
   LostNotice lose(Error reason) {
     lost_ = true;
+    note_deadline();
     lost_reason_ = reason;
     return LostNotice{stop_source_, std::move(reason)};
   }
@@ -375,6 +407,11 @@ class GrantBook {
   const duration lease_;
   const bool asynchronous_;
   mutable LightMutex mutex_;
+  // The deadline of the grant held and not lost, in the clock's ticks (see
+  // note_deadline): written under mutex_, read by expire() without it. A
+  // read racing a change on another thread is a read from just before it,
+  // as if it had taken the lock first.
+  std::atomic<typename time_point::rep> due_{std::numeric_limits<typename time_point::rep>::max()};
   bool held_ = false;
   bool lost_ = false;
   bool beat_in_flight_ = false;

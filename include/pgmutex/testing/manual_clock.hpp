@@ -5,6 +5,8 @@
 #include <chrono>
 #include <memory>
 
+#include "pgmutex/detail/light_mutex.hpp"  // PGMUTEX_ALWAYS_INLINE
+
 namespace pgmutex::testing {
 
 // A handle: copies share one time line, so a mutex, its executor and the test
@@ -20,7 +22,8 @@ class ManualClock {
 
   ManualClock() : now_(std::make_shared<std::atomic<rep>>(0)) {}
 
-  [[nodiscard]] time_point now() const noexcept {
+  // Read several times per acquire/release cycle: inlined for sure.
+  [[nodiscard]] PGMUTEX_ALWAYS_INLINE time_point now() const noexcept {
     const rep shared = now_->load(std::memory_order_acquire);
     if (rate_ == 1.0) [[likely]]
       return time_point(duration(shared));

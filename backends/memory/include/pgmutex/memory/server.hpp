@@ -194,7 +194,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
           row.unflushed.clear();
         }
     last_flush_ = now();  // what survived is on disk
-    ++restarts_;
+    restarts_.fetch_add(1, std::memory_order_relaxed);
     fail_next_ = std::max(fail_next_, 1);
     fail_with_ = Errc::backend_unavailable;
     rearm();
@@ -231,7 +231,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
       }
     }
     history_.fetch_add(1, std::memory_order_relaxed);
-    ++restarts_;
+    restarts_.fetch_add(1, std::memory_order_relaxed);
     last_flush_ = now();
     fail_next_ = std::max(fail_next_, 1);
     fail_with_ = Errc::backend_unavailable;
@@ -447,7 +447,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // Called with mutex_ held: `row` was just committed synchronously.
   static void made_durable(Row& row) {
     row.durable_heartbeat = row.last_heartbeat;
-    row.unflushed.clear();
+    if (!row.unflushed.empty()) row.unflushed.clear();  // a deque's clear() is a call even when empty
   }
   // Called with mutex_ held: the write-ahead log as a heartbeat starting now
   // sees it, for BackendReportsDurability. A position is a server time (+1,
@@ -497,7 +497,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::optional<std::chrono::nanoseconds> failover_grace_;  // see set_failover_grace
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
   std::chrono::nanoseconds last_flush_{};
-  std::uint64_t restarts_ = 0;
+  // restart()s and fail_over()s so far: the server session. Changed with
+  // mutex_ held; read without it, like history_ (a session read per acquire).
+  std::atomic<std::uint64_t> restarts_{0};
   // fail_over()s so far. Changed with mutex_ held; read without it too, so
   // that asking for it costs an acquire/release cycle no lock.
   std::atomic<std::uint64_t> history_{0};
