@@ -72,7 +72,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     auto self = this->shared_from_this();
     std::lock_guard lock(state_m_);
     auto* state = Access::state_of(mutex_);  // null once finished: the pool's try finds done_
-    run_statements(state != nullptr ? &state->backend : nullptr,
+    run_statements(state != nullptr ? &state->io.backend : nullptr,
                    [self] {
                      std::lock_guard lock(self->state_m_);
                      auto* s = Access::state_of(self->mutex_);
@@ -129,7 +129,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
           watch.holder_stale_in = std::max(std::chrono::nanoseconds::zero(), o.stale_threshold - age);
         }
         // `woken` only queues a try: it takes no lock, so it may run anywhere, even inside watch_async.
-        auto id = state->backend.watch_async(watch, [self = this->shared_from_this()] { self->try_soon(); });
+        auto id = state->io.backend.watch_async(watch, [self = this->shared_from_this()] { self->try_soon(); });
         if (id) {
           watch_ = *id;
           return;
@@ -170,7 +170,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     poll_timer_.reset();
     deadline_.reset();
     if constexpr (BackendWatchesLocksAsynchronously<Backend>) {
-      if (watch_) (void)Access::state_of(mutex_)->backend.cancel_watch(*watch_);  // if it ran, its try finds done_
+      if (watch_) (void)Access::state_of(mutex_)->io.backend.cancel_watch(*watch_);  // if it ran, its try finds done_
     }
     std::unique_lock state_lock(state_m_);
     Mutex share = std::move(mutex_);

@@ -94,7 +94,7 @@ void run_statements(Backend* backend, Busy busy, Fn fn) {
 // The common case: `fn` owns a share of `state` until it runs.
 template <class State, class Fn>
 void run_statements_of(State* state, Fn fn) {
-  run_statements(state != nullptr ? &state->backend : nullptr,
+  run_statements(state != nullptr ? &state->io.backend : nullptr,
                  [state] { return state->io_busy(); }, std::move(fn));
 }
 

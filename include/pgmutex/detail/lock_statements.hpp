@@ -1,0 +1,324 @@
+// The I/O unit of a mutex: every statement it sends, one at a time behind the
+// I/O gate, and what those statements leave behind (acquires whose reply was
+// lost, releases that failed, the holder last alerted on). It takes no lock
+// but the gate, never touches the grant's book and runs no hook: its callers
+// (MutexState) do that once the gate is left. Not part of the API.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pgmutex/backend.hpp"
+#include "pgmutex/clock.hpp"
+#include "pgmutex/error.hpp"
+#include "pgmutex/detail/grant_book.hpp"
+#include "pgmutex/detail/io_gate.hpp"
+#include "pgmutex/options.hpp"
+
+namespace pgmutex::detail {
+
+// What one acquire try came to, and the hooks it owes, fired once the gate is
+// left. Built only by the named makers, each setting what its outcome needs:
+// a try is on every poll's path, and zeroing a large record per try shows in
+// the cycle's cost.
+template <class TimePoint>
+struct AcquireAttempt {
+  enum class Kind : unsigned char { won, taken, failed };
+  Kind kind;
+  bool alert;
+  Fence fence;
+  GrantToken token;
+  TimePoint sent;
+  double age_s;
+  double grace_left_s;     // taken: > 0 if refused by a failover grace (who: "(failover grace)")
+  ServerSession session;   // won: the server session that granted it
+  std::string who;             // won by reclaim: the previous holder; taken: the holder
+  std::optional<Error> error;  // failed: why
+
+  static AcquireAttempt won(Fence f, GrantToken t, TimePoint at, ServerSession s) {
+    return AcquireAttempt(Kind::won, false, f, t, at, 0, 0, s);
+  }
+  static AcquireAttempt won(Fence f, GrantToken t, TimePoint at, ServerSession s, std::string previous) {
+    return AcquireAttempt(Kind::won, false, f, t, at, 0, 0, s, std::move(previous), std::nullopt);
+  }
+  static AcquireAttempt taken(std::string holder, Fence f, double age, bool alert, double grace_left = 0) {
+    return AcquireAttempt(Kind::taken, alert, f, 0, {}, age, grace_left, {}, std::move(holder), std::nullopt);
+  }
+  static AcquireAttempt failed(Error e) {
+    return AcquireAttempt(Kind::failed, false, 0, 0, {}, 0, 0, {}, {}, std::move(e));
+  }
+
+ private:
+  // A constructor, not aggregate initialization: GCC clears a whole
+  // aggregate (padding included) with `rep stos` before filling it in.
+  AcquireAttempt(Kind k, bool a, Fence f, GrantToken t, TimePoint at, double age, double grace, ServerSession s,
+                 std::string w, std::optional<Error> e)
+      : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), grace_left_s(grace), session(s), who(std::move(w)),
+        error(std::move(e)) {}
+  // A grant nobody held (the common outcome): no string or error to move in;
+  // each std::string move is a call and a copy (callgrind: ~100 instructions
+  // of a ~1,000-instruction in-memory cycle).
+  AcquireAttempt(Kind k, bool a, Fence f, GrantToken t, TimePoint at, double age, double grace, ServerSession s)
+      : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), grace_left_s(grace), session(s) {}
+};
+
+// A heartbeat's answer, with when it really went out (after any wait for the
+// gate) and the server session that answered.
+template <class TimePoint>
+struct BeatAnswer {
+  Result<void> result;
+  TimePoint sent;
+  ServerSession session;
+};
+
+template <Backend B, Clock C>
+class LockStatements {
+ public:
+  using time_point = typename C::time_point;
+  using duration = std::chrono::nanoseconds;
+  using Attempt = AcquireAttempt<time_point>;
+
+  // `options` and `clock` belong to the owning state, which outlives this.
+  LockStatements(B b, const ValidOptions& options, const C& clock)
+      : backend(std::move(b)), options_(options), clock_(clock), token_state_(std::random_device{}()) {
+    token_state_ = (token_state_ << 32) ^ std::random_device{}();
+  }
+  LockStatements(const LockStatements&) = delete;
+  LockStatements& operator=(const LockStatements&) = delete;
+
+  // Every owner is gone and no grant is held (a guard releases before it
+  // goes): a row that an acquire in doubt or a failed release may have left
+  // is ours to remove.
+  ~LockStatements() {
+    if (IoLock io(gate_); io) clean_up_rows_in_doubt();
+  }
+
+  [[no_unique_address]] B backend;  // used under the gate only (or by its own thread-safe calls)
+
+  // Some thread is inside a statement of this mutex (see IoGate::busy).
+  bool busy() const noexcept { return gate_.busy(); }
+
+  Result<void> create_schema() {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    return with_context(backend.create_schema(options_.table));
+  }
+
+  Result<std::optional<LockRow>> inspect() {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    return with_context(backend.inspect(lock_ref()));
+  }
+
+  // One acquire (two tries when the first reply is lost and nothing landed).
+  // `held_here(now)` says whether this object holds the lock already: asked
+  // under the gate, before any statement.
+  template <class HeldHere>
+  Attempt try_acquire(HeldHere&& held_here) {
+    IoLock io(gate_);
+    if (!io) return Attempt::failed(reentered().value());
+    if (auto fence = held_here(clock_.now()))
+      return Attempt::failed(Error(Errc::already_acquired, context() + " is already held through this object (fence " +
+                                                               std::to_string(*fence) +
+                                                               "); release it before acquiring again"));
+    for (int tries = 0; tries < 2; ++tries) {
+      const GrantToken token = next_token();
+      const time_point sent = clock_.now();
+      auto outcome = backend.try_acquire(
+          AcquireRequest{lock_ref(), options_.instance_id, options_.stale_threshold, token, options_.heartbeat_timeout});
+      if (outcome) {
+        if (outcome->acquired) [[likely]] {
+          if (outcome->reclaimed) [[unlikely]]
+            return Attempt::won(outcome->fence, token, sent, session_of_last(), std::move(outcome->holder));
+          return Attempt::won(outcome->fence, token, sent, session_of_last());
+        }
+        // Our own row, created by an earlier acquire whose reply was lost:
+        // its lease counts from the row's last heartbeat, not from now.
+        if (is_in_doubt(outcome->holder_token)) return adopt(outcome->fence, outcome->holder_token, sent, outcome->holder_age_s);
+        // Our own row, whose release failed: delete it, then try again.
+        if (is_unreleased(outcome->holder_token) && delete_ours(outcome->fence, outcome->holder_token)) continue;
+        // Nobody holds it, but a server promoted after a failover waits
+        // out the leases the old primary may have granted: no alert.
+        if (outcome->failover_grace_left_s > 0) [[unlikely]]
+          return Attempt::taken(std::move(outcome->holder), 0, 0, false, outcome->failover_grace_left_s);
+        return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
+      }
+      if (outcome.error() != Errc::outcome_unknown)
+        return Attempt::failed(with_context<void>(tl::unexpected(std::move(outcome.error()))).error());
+      // The reply was lost: read the row back rather than guess. The token
+      // says whether it is ours, never the instance_id (two objects may share one).
+      in_doubt_.push_back(token);
+      auto row = backend.inspect(lock_ref());
+      if (!row) {
+        // Still unknown: if our row did land, the next contact finds it by its token.
+        return Attempt::failed(
+            Error(Errc::outcome_unknown, context() + ": acquire reply lost and read-back failed: " + row.error().message()));
+      }
+      if (*row && is_in_doubt((*row)->token))
+        return adopt((*row)->fence, (*row)->token, sent, (*row)->seconds_since_heartbeat);
+      if (*row) return contended((*row)->instance_id, (*row)->fence, (*row)->seconds_since_heartbeat);
+      // Nothing landed and nobody holds the lock: one more try says which.
+    }
+    return Attempt::failed(Error(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies"));
+  }
+
+  // Deletes the row of a grant that ended, retrying transient failures. A
+  // row that may still be there is deleted by its token at the next contact,
+  // not left to go stale; it is never adopted again: a grant that was
+  // released keeps its fence to itself, and the next gets a higher one.
+  Result<void> release(const HolderKey& key) {
+    IoLock io(gate_);
+    if (!io) [[unlikely]]
+      return reentered();
+    Result<void> deleted = backend.release(key);
+    for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
+      if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
+      deleted = backend.release(key);
+      if (!deleted && deleted.error() == Errc::lock_not_held) {
+        // A retry after an unknown outcome finds the row gone: the first delete landed.
+        deleted = {};
+        break;
+      }
+    }
+    if (!deleted && (deleted.error() == Errc::backend_unavailable || deleted.error() == Errc::outcome_unknown))
+      unreleased_.push_back(key.token);
+    return deleted;
+  }
+
+  // One heartbeat statement; `sent` is when it really went out.
+  BeatAnswer<time_point> heartbeat(const HolderKey& key) {
+    BeatAnswer<time_point> answer{{}, clock_.now(), {}};
+    IoLock io(gate_);
+    if (!io) [[unlikely]] {
+      answer.result = reentered();
+      return answer;
+    }
+    answer.sent = clock_.now();
+    answer.result = backend.heartbeat(key);
+    answer.session = session_of_last();
+    return answer;
+  }
+
+  // Waits for a release, on a backend that is told of one on its own
+  // connection: true if the wait ran (told of a release, or `limit` passed),
+  // false if it failed; an error only if called from inside a statement.
+  Result<bool> wait_for_release(duration limit)
+    requires BackendWaitsForRelease<B>
+  {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    return backend.wait_for_release(lock_ref(), limit).has_value();
+  }
+
+  HolderKey key_of(const typename GrantBook<time_point>::Grant& g) const noexcept {
+    return HolderKey{lock_ref(), options_.instance_id, g.fence, g.token, options_.heartbeat_timeout, g.durable};
+  }
+  LockRef lock_ref() const noexcept { return LockRef{options_.table, options_.lock_name}; }
+  std::string context() const { return "lock '" + options_.lock_name + "'"; }
+
+  template <class T>
+  Result<T> with_context(Result<T>&& r) const {
+    if (!r) r.error().detail = context() + (r.error().detail.empty() ? "" : ": " + r.error().detail);
+    return std::move(r);
+  }
+
+  tl::unexpected<Error> reentered() const {
+    return fail(Errc::backend_error, context() + ": called from inside a statement of the same mutex on this thread "
+                                                 "(a simulation runs tasks inside a hung statement)");
+  }
+
+  static duration age(double seconds) {
+    return std::chrono::duration_cast<duration>(std::chrono::duration<double>(seconds));
+  }
+
+ private:
+  static constexpr int release_attempts = 3;
+
+  Attempt adopt(Fence fence, GrantToken token, time_point sent, double age_s) {
+    std::erase(in_doubt_, token);
+    return Attempt::won(fence, token, sent - age(age_s), session_of_last());
+  }
+
+  Attempt contended(std::string holder, Fence holder_fence, double age_s) {
+    // Alert once per holder and fence.
+    bool alert = false;
+    if (age_s >= std::chrono::duration<double>(options_.alert_threshold).count() &&
+        !(alerted_fence_ == holder_fence && alerted_holder_ == holder)) {
+      alerted_holder_ = holder;
+      alerted_fence_ = holder_fence;
+      alert = true;
+    }
+    return Attempt::taken(std::move(holder), holder_fence, age_s, alert);
+  }
+
+  // The server session and history of the last statement.
+  ServerSession session_of_last() const noexcept {
+    ServerSession at;
+    if constexpr (BackendReportsSession<B>) at.session = backend.session();
+    if constexpr (BackendReportsHistory<B>) at.history = backend.history();
+    if constexpr (BackendReportsDurability<B>) at.durability = backend.last_heartbeat_durability();
+    return at;
+  }
+
+  bool is_unreleased(GrantToken token) const noexcept {
+    return token != 0 && !unreleased_.empty() && std::ranges::find(unreleased_, token) != unreleased_.end();
+  }
+
+  bool is_in_doubt(GrantToken token) const noexcept {
+    return token != 0 && !in_doubt_.empty() && std::ranges::find(in_doubt_, token) != in_doubt_.end();
+  }
+
+  // Deletes our row of a grant whose release failed. True if it is gone now.
+  bool delete_ours(Fence fence, GrantToken token) {
+    auto deleted = backend.release(HolderKey{lock_ref(), options_.instance_id, fence, token, options_.heartbeat_timeout});
+    if (!deleted && deleted.error() != Errc::lock_not_held) return false;
+    std::erase(unreleased_, token);
+    return true;
+  }
+
+  // Rows that acquires in doubt created after all, or failed releases left,
+  // found by their tokens and removed.
+  void clean_up_rows_in_doubt() noexcept {
+    if (in_doubt_.empty() && unreleased_.empty()) return;
+    auto row = backend.inspect(lock_ref());
+    if (row && *row && (is_in_doubt((*row)->token) || is_unreleased((*row)->token)))
+      (void)backend.release(HolderKey{lock_ref(), options_.instance_id, (*row)->fence, (*row)->token,
+                                      options_.heartbeat_timeout});
+    if (row) {
+      in_doubt_.clear();
+      unreleased_.clear();
+    }
+  }
+
+  // A fresh random token for each attempt: never 0 (0 is "no token").
+  GrantToken next_token() noexcept {
+    for (;;) {
+      // splitmix64: cheap, and seeded from the OS per mutex.
+      std::uint64_t z = (token_state_ += 0x9E3779B97F4A7C15ULL);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+      z ^= z >> 31;
+      if (z != 0) return z;
+    }
+  }
+
+  const ValidOptions& options_;
+  const C& clock_;
+  // Serializes statements: a backend connection never serves two threads.
+  // Held across I/O, so the book, the wake-ups and the guard never take it.
+  // Everything below is guarded by it.
+  IoGate gate_;
+  std::vector<GrantToken> in_doubt_;    // tokens of acquires whose outcome is unknown
+  std::vector<GrantToken> unreleased_;  // tokens of grants whose release failed
+  std::uint64_t token_state_;
+  std::string alerted_holder_;
+  Fence alerted_fence_ = -1;
+};
+
+}  // namespace pgmutex::detail
