@@ -25,7 +25,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "asio_pq_connection.hpp"
 #include "pgmutex/asio.hpp"
 #include "pgmutex/memory_backend.hpp"
 #include "plain_libpq.hpp"
@@ -92,44 +91,6 @@ BENCHMARK(blocking_same_mutex_cycle)->UseRealTime();
 
 void libpq_same_statements_cycle(benchmark::State& state) { bench::libpq_cycle(state, "bench_asio_cycle_libpq", "asio_mutex"); }
 BENCHMARK(libpq_same_statements_cycle)->UseRealTime();
-
-// The Asio engine (AsioPqConnection, private to the backend) sending the same
-// two prepared statements, on an io_context run by the benchmark's thread: no
-// thread hop at all, what an AsioMutex moved onto that engine could reach.
-void asio_engine_cycle(benchmark::State& state) {
-  using pgmutex::postgres_detail::AsioPqConnection;
-  using pgmutex::postgres_detail::Rows;
-  const std::string table = "bench_asio_cycle_engine";
-  setup_table(table);
-  const auto sql = pgmutex::postgres_detail::make_statements(table, true);
-  const std::string lock_hash = pgmutex::postgres_detail::lock_hash("job");
-  const auto in = [](std::chrono::seconds d) { return std::chrono::steady_clock::now() + d; };
-  asio::io_context io;
-  AsioPqConnection c(io.get_executor());
-  bool ok = true;
-  c.async_connect("", in(10s), [&](boost::system::error_code ec) { ok = ok && !ec; });
-  io.run();
-  for (const auto* s : {&sql.acquire, &sql.release}) {
-    io.restart();
-    c.async_prepare(s->name, s->sql, in(10s), [&](boost::system::error_code ec, Rows) { ok = ok && !ec; });
-    io.run();
-  }
-  if (!ok) throw std::runtime_error("engine connect or prepare failed: " + c.last_failure().message);
-  for (auto _ : state) {
-    bool released = false;
-    io.restart();
-    c.async_exec_prepared(
-        sql.acquire.name, {"job", "engine", "600", "12345", "5000", "bench-host", "4242", "asio_mutex", "-1"}, in(10s),
-        [&](boost::system::error_code ec, Rows rows) {
-          if (ec || rows.empty() || rows.is_null(0, 0)) return;
-          c.async_exec_prepared(sql.release.name, {"job", "engine", rows.text(0, 0), "12345", lock_hash, "5000"},
-                                in(10s), [&](boost::system::error_code ec2, Rows r2) { released = !ec2 && r2.affected == 1; });
-        });
-    io.run();
-    if (!released) state.SkipWithError("engine cycle failed");
-  }
-}
-BENCHMARK(asio_engine_cycle)->UseRealTime();
 
 // ---- the same two cycles on the in-memory backend: no I/O, so what is left
 // is what the async forms add (a hop to the I/O pool and back per operation).
