@@ -1,6 +1,6 @@
-// What both libpq engines (the blocking PqConnection and the Asio engine)
-// read from libpq the same way: a failed connection attempt, a result's rows
-// or refusal, and statement parameters as libpq takes them. Private to the backend.
+// What the libpq engine (PqConnection) reads from libpq, kept apart from its
+// I/O: a failed connection attempt, a result's rows or refusal, and statement
+// parameters as libpq takes them. Private to the backend.
 #pragma once
 
 #include <string>
