@@ -1,3 +1,5 @@
+// Checks a connection string's values against libpq's own rules before any
+// server is tried (conninfo_rules.hpp).
 #include "conninfo_rules.hpp"
 
 #include <algorithm>

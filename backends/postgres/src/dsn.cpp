@@ -1,3 +1,5 @@
+// Finds the passwords in a DSN (keyword or URI form), to redact it, scrub
+// messages, and add our timeouts unless the DSN sets them (dsn.hpp).
 #include "dsn.hpp"
 
 #include <algorithm>

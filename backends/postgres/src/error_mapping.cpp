@@ -1,3 +1,5 @@
+// Maps a StatementFailure to a pgmutex Error (error_mapping.hpp): by kind,
+// then SQLSTATE, with what to do about it and no secret in its text.
 #include "error_mapping.hpp"
 
 #include <exception>

@@ -1,3 +1,5 @@
+// The backend's own connection as a Session (own_session.hpp): reconnects
+// with backoff, the pooler probe, prepared statements, LISTEN and NOTIFY.
 #include "own_session.hpp"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// A connection borrowed from the user's libpqxx pool as a Session
+// (pooled_session.hpp): statements and waits for NOTIFY through libpqxx,
+// its results read into Rows.
 #include "pooled_session.hpp"
 
 #include <pqxx/pqxx>

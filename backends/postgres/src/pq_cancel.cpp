@@ -1,3 +1,5 @@
+// Sends a cancel request for a connection we gave up on, off the caller's
+// thread (pq_cancel.hpp).
 #include "pq_cancel.hpp"
 
 #include <atomic>

@@ -1,3 +1,5 @@
+// PqConnection (pq_connection.hpp): libpq's non-blocking calls, each waited
+// on with poll() until its deadline.
 #include "pq_connection.hpp"
 
 #include <poll.h>

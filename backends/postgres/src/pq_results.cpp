@@ -1,3 +1,5 @@
+// Reading libpq's connection failures and results into Rows and
+// StatementFailures, and parameters into libpq's form (pq_results.hpp).
 #include "pq_results.hpp"
 
 #include <algorithm>

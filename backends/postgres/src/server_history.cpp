@@ -1,3 +1,4 @@
+// Asks a new connection which server history it reached (server_history.hpp).
 #include "server_history.hpp"
 
 namespace pgmutex::postgres_detail {

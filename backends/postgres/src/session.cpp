@@ -1,3 +1,5 @@
+// An operation's bound: the client deadline and the server timeouts drawn
+// from one budget (session.hpp).
 #include "session.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The text of every statement for one table (sql.hpp): the acquire, the
+// heartbeats, release and reads, the schema, the NOTIFY channel.
 #include "sql.hpp"
 
 #include <array>

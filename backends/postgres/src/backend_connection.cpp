@@ -1,0 +1,147 @@
+// How a PostgresBackend reaches the server: its own connection (opened and
+// reopened on demand, its server history followed), a connection borrowed
+// from the user's pool for each operation, or a shared session's, run on the
+// session's thread; and what each try leaves behind: the server session and
+// history it ran on, the GRANTs a refusal needs.
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "backend_impl.hpp"
+#include "dsn.hpp"
+#include "pooled_session.hpp"
+#include "statement_values.hpp"
+
+namespace pgmutex {
+
+using namespace postgres_detail;
+
+namespace {
+
+// A refusal (42501) of a statement on `table`: the GRANTs that fix it, for the
+// role the connection logged in as.
+void name_the_grants(StatementFailure& failure, std::string_view table, const std::string& role) {
+  if (failure.kind != StatementFailure::Kind::server || failure.sqlstate != "42501" || !failure.hint.empty() ||
+      table.empty())
+    return;
+  const std::string r = role.empty() ? "ROLE" : sql_identifier(role);
+  failure.hint = "role " + r + " needs SELECT, INSERT, UPDATE, DELETE on the lock table " + sql_table(table) +
+                 " and USAGE on its sequence " + sql_fence_sequence(table) + "; as their owner, run: GRANT SELECT, "
+                 "INSERT, UPDATE, DELETE ON " + sql_table(table) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
+                 sql_fence_sequence(table) + " TO " + r;
+}
+
+}  // namespace
+
+namespace postgres_detail {
+
+std::string lock_context(LockRef lock) { return "lock '" + std::string(lock.lock_name) + "'"; }
+
+tl::unexpected<Error> moved_from() { return fail(Errc::invalid_argument, "this PostgresBackend was moved from"); }
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return {};
+  return name;
+}
+
+}  // namespace postgres_detail
+
+PostgresBackend::Impl::Impl(const std::string& dsn, PostgresOptions opts)
+    : redacted(redact_dsn(dsn)), secrets(secrets_of(dsn)), options(opts) {
+  own.emplace(with_network_timeout(with_connect_timeout(dsn, opts.connect_timeout), opts.network_timeout),
+              redacted, secrets, opts);
+}
+
+PostgresBackend::Impl::Impl(std::shared_ptr<ConnectionSource> source, PostgresOptions opts)
+    : redacted("(connection pool)"), options(opts), pool(std::move(source)) {}
+
+PostgresBackend::Impl::Impl(std::shared_ptr<SharedConnection> session_core, std::shared_ptr<DurableMark> durable_mark)
+    : redacted(session_core->redacted()),
+      secrets(session_core->secrets()),
+      options(session_core->postgres_options()),
+      core(std::move(session_core)),
+      mark(std::move(durable_mark)) {}
+
+bool PostgresBackend::Impl::unnamed_mode() const noexcept {
+  switch (options.statement_mode) {
+    case StatementMode::unnamed: return true;
+    case StatementMode::prepared: return false;
+    case StatementMode::automatic: return !pool && unnamed_in_use.load();  // own or shared
+  }
+  return false;
+}
+
+const TableStatements& PostgresBackend::Impl::statements(std::string_view table, bool unnamed) {
+  const bool async = options.heartbeat_synchronous_commit_off && !unnamed;
+  const std::string key = std::string(table) + (async ? "/async" : "/sync");
+  if (const auto found = tables.find(key); found != tables.end()) return found->second;
+  return tables.emplace(key, make_statements(table, async)).first->second;
+}
+
+std::string PostgresBackend::Impl::grace_param() const {
+  if (!options.failover_grace) return "-1";
+  return seconds_param(std::max(*options.failover_grace, std::chrono::nanoseconds::zero()));
+}
+
+std::chrono::nanoseconds PostgresBackend::Impl::bound_of(std::chrono::nanoseconds timeout) const {
+  return timeout > std::chrono::nanoseconds::zero() ? timeout : options.default_timeout;
+}
+
+Result<void> PostgresBackend::Impl::try_once(std::string_view what, const Bound& bound, std::string_view table,
+                                             const Attempt& attempt) {
+  if (pool) {
+    auto session = PooledSession::borrow(*pool, secrets, options.statement_mode == StatementMode::unnamed);
+    if (!session) return tl::unexpected(std::move(session.error()));
+    StatementFailure* failure = attempt(**session, bound);
+    last_session = (*session)->server_pid() << 1 | 1;  // odd: a pid, never a count
+    if (failure != nullptr) name_the_grants(*failure, table, (*session)->user());
+    return {};
+  }
+  if (core) {
+    // The caller waits while the attempt runs on the session's thread, so
+    // its references stay good; an attempt still queued at the deadline is
+    // taken out and never runs.
+    std::optional<Error> refused;
+    const bool ran = core->call(
+        [&](OwnSession& shared) {
+          if (auto r = try_own(shared, bound, attempt, table); !r) refused = std::move(r.error());
+        },
+        bound.deadline);
+    if (!ran)
+      return fail(Errc::backend_unavailable,
+                  std::string(what) + ": the session's connection was busy until the deadline (or the session stopped)");
+    if (refused) return tl::unexpected(std::move(*refused));
+    return {};
+  }
+  return try_own(*own, bound, attempt, table);
+}
+
+Result<void> PostgresBackend::Impl::try_own(OwnSession& session, const Bound& bound, const Attempt& attempt,
+                                            std::string_view table) {
+  if (auto connected = session.ensure_connected(bound.deadline); !connected)
+    return tl::unexpected(std::move(connected.error()));
+  unnamed_in_use = session.unnamed();
+  StatementFailure* failure = attempt(session, bound);
+  last_session = session.connects() << 1;
+  last_history = session.history().history();
+  if (failure != nullptr) name_the_grants(*failure, table, session.user());
+  if (failure != nullptr && connection_gone(*failure)) session.drop();
+  return {};
+}
+
+bool PostgresBackend::Impl::durable_due(Session& session) {
+  auto* own_session = dynamic_cast<OwnSession*>(&session);
+  if (own_session == nullptr) return false;
+  if (mark) return mark->due(own_session->history().history());
+  return own_session->history().durable_heartbeat_due();
+}
+
+void PostgresBackend::Impl::durable_done(Session& session) {
+  auto* own_session = dynamic_cast<OwnSession*>(&session);
+  if (own_session == nullptr) return;
+  if (mark) mark->history = own_session->history().history();
+  else own_session->history().durable_heartbeat_done();
+}
+
+}  // namespace pgmutex

@@ -1,0 +1,154 @@
+// PostgresBackend's state, and the one way each of its operations runs:
+// serialized with the backend's others, bounded by a deadline, tried once
+// more when that is safe. The templates here are thin; which connection runs
+// the statements (the backend's own, one borrowed from a pool, or a shared
+// session's) is backend_connection.cpp's business. Private to the backend.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "error_mapping.hpp"
+#include "own_session.hpp"
+#include "pgmutex/options.hpp"
+#include "pgmutex/postgres_backend.hpp"
+#include "release_poll.hpp"
+#include "session.hpp"
+#include "shared_connection.hpp"
+#include "sql.hpp"
+
+namespace pgmutex {
+
+namespace postgres_detail {
+
+// "lock '<name>'", for messages.
+std::string lock_context(LockRef lock);
+tl::unexpected<Error> moved_from();
+// Stored with each grant, unless the request names one.
+std::string this_host();
+
+// One try of an operation's statements on `session`: the failure, if it
+// failed (it stays in the caller's outcome), else nullptr.
+using Attempt = std::function<StatementFailure*(Session& session, const Bound& bound)>;
+
+}  // namespace postgres_detail
+
+struct PostgresBackend::Impl {
+  using Bound = postgres_detail::Bound;
+  using Effect = postgres_detail::Effect;
+  using Session = postgres_detail::Session;
+  using TableStatements = postgres_detail::TableStatements;
+  template <class T>
+  using Outcome = postgres_detail::Outcome<T>;
+
+  // Owns one connection, opened on demand from `dsn`.
+  Impl(const std::string& dsn, PostgresOptions opts);
+  // Borrows one from `source` per operation.
+  Impl(std::shared_ptr<ConnectionSource> source, PostgresOptions opts);
+  // Shared session: each operation's body runs on the session's I/O thread,
+  // against its one connection (pgmutex::Session).
+  Impl(std::shared_ptr<postgres_detail::SharedConnection> session_core,
+       std::shared_ptr<postgres_detail::DurableMark> durable_mark);
+
+  std::string redacted;
+  std::vector<std::string> secrets;
+  PostgresOptions options;
+  std::string host = postgres_detail::this_host();  // stored with each grant, unless the request names one
+  std::shared_ptr<ConnectionSource> pool;  // set: borrow per operation; else `own`
+  std::optional<postgres_detail::OwnSession> own;
+  std::shared_ptr<postgres_detail::SharedConnection> core;  // set: a shared session's (neither `pool` nor `own`)
+  std::shared_ptr<postgres_detail::DurableMark> mark;  // with `core`: this backend's last durable write
+
+  std::mutex mutex;  // one operation at a time: a connection never serves two threads at once
+  std::uint64_t last_session = 0;  // the server session the last operation ran on (see session())
+  std::uint64_t last_history = 0;  // the server history the last operation ran on (see history())
+  HeartbeatDurability last_durability{};  // of the last heartbeat (see last_heartbeat_durability())
+  // Keyed by table and commit mode: a connection behind a pooler (unnamed
+  // statements) commits heartbeats synchronously, another may not.
+  std::map<std::string, TableStatements, std::less<>> tables;
+  // Whether the last connection used unnamed statements (read without the mutex).
+  std::atomic<bool> unnamed_in_use{false};
+  // Waits for release without LISTEN, by lock.
+  postgres_detail::ReleasePolls polls;
+
+  [[nodiscard]] bool unnamed_mode() const noexcept;
+  // `table` must have passed validate_table_name.
+  const TableStatements& statements(std::string_view table, bool unnamed);
+  // $9 of the acquire: "-1" for the default grace, "0" off.
+  [[nodiscard]] std::string grace_param() const;
+  [[nodiscard]] std::chrono::nanoseconds bound_of(std::chrono::nanoseconds timeout) const;
+
+  // Runs one operation within `bound`. An operation whose connection broke
+  // under it is tried once more on a fresh one if that is safe (a read, an
+  // idempotent write, or a write that surely did not run) and time is left;
+  // otherwise a write's outcome is reported unknown, and the caller resolves
+  // it by reading the row back.
+  // A refusal (42501) of a statement on `table` names the GRANTs that fix it.
+  template <class T, class Body>
+  Result<T> run(std::string_view what, Effect effect, const Bound& bound, Body&& body,
+                std::string_view table = {}) noexcept {
+    try {
+      for (int attempt = 0;; ++attempt) {
+        Outcome<T> outcome = tl::unexpected(postgres_detail::StatementFailure{});
+        auto tried = try_once(what, bound, table,
+                              [&](Session& session, const Bound& b) -> postgres_detail::StatementFailure* {
+                                outcome = body(session, b);
+                                return outcome ? nullptr : &outcome.error();
+                              });
+        if (!tried) return tl::unexpected(std::move(tried.error()));
+        if (outcome) {
+          if constexpr (std::is_void_v<T>) return {};
+          else return std::move(*outcome);
+        }
+        if (attempt == 0 && postgres_detail::may_retry(outcome.error(), effect) &&
+            std::chrono::steady_clock::now() < bound.deadline)
+          continue;
+        return tl::unexpected(postgres_detail::to_error(outcome.error(), what, effect, secrets));
+      }
+    } catch (...) {
+      return tl::unexpected(
+          postgres_detail::to_error(postgres_detail::failure_from_current_exception(), what, effect, secrets));
+    }
+  }
+
+  // One operation on `table`: serialized with every other operation of this
+  // backend, the table's statements made (and its name checked) first.
+  template <class T, class Body>
+  Result<T> on_table(std::string_view table, std::string_view what, Effect effect, std::chrono::nanoseconds timeout,
+                     Body&& body) noexcept {
+    if (auto valid = validate_table_name(table); !valid) return tl::unexpected(std::move(valid.error()));
+    std::lock_guard lock(mutex);
+    return run<T>(
+        what, effect, Bound::from(bound_of(timeout)),
+        [&](Session& session, const Bound& bound) { return body(session, bound, statements(table, session.unnamed())); },
+        table);
+  }
+
+  // Whether this heartbeat must commit synchronously (the first after a new
+  // server history, see BackendReportsHistory), and the note that one did.
+  // A shared session decides per backend (DurableMark); an own connection
+  // per connection, which is the same thing.
+  bool durable_due(Session& session);
+  void durable_done(Session& session);
+
+ private:
+  // One try of an operation on the connection this backend uses. An error:
+  // no connection could be had (the attempt did not run).
+  Result<void> try_once(std::string_view what, const Bound& bound, std::string_view table,
+                        const postgres_detail::Attempt& attempt);
+  // One try on our own (or the session's) connection.
+  Result<void> try_own(postgres_detail::OwnSession& session, const Bound& bound,
+                       const postgres_detail::Attempt& attempt, std::string_view table);
+};
+
+}  // namespace pgmutex

@@ -1,0 +1,186 @@
+// The Backend contract's operations (create_schema, try_acquire, heartbeat,
+// release, inspect, list, force_release), each written once against a
+// Session, whichever connection runs it (backend_connection.cpp).
+#include <unistd.h>
+
+#include "backend_impl.hpp"
+#include "statement_values.hpp"
+
+namespace pgmutex {
+
+using namespace postgres_detail;
+
+namespace {
+
+// A raced losing try (the row it saw was released, or taken over by another
+// reclaimer) is tried again this many times, so that it names the current
+// holder, never one that is gone.
+constexpr int acquire_tries = 3;
+
+// A heartbeat or release that matched no row: the grant is gone.
+tl::unexpected<Error> no_row_for(const HolderKey& key) {
+  return fail(Errc::lock_not_held, lock_context(key.lock) + " has no row for instance '" +
+                                       std::string(key.instance_id) + "' with fence " + std::to_string(key.fence) +
+                                       " and this grant's token");
+}
+
+// create_schema was refused (42501): which privilege is missing, and the
+// GRANT that fixes it. Asks the server which schema the table goes to and
+// whether the role may create in it; empty if that cannot be told.
+std::string missing_create_privilege(Session& session, std::string_view table, const Bound& bound) {
+  const auto dot = table.find('.');
+  const std::string given = dot == std::string_view::npos ? std::string() : std::string(table.substr(0, dot));
+  auto rows = session.run_text(
+      "SELECT s, has_schema_privilege(s, 'CREATE') FROM"
+      " (SELECT coalesce(nullif($1::text, ''), current_schema(), 'public') AS s) AS x",
+      {given}, bound);
+  if (!rows || rows->empty() || rows->is_null(0, 1)) return {};
+  const std::string schema = sql_identifier(rows->text(0, 0));
+  const std::string role = sql_identifier(session.user());
+  if (rows->text(0, 1) == "f")
+    return "role " + role + " lacks CREATE on schema " + schema + ", which creating the lock table " +
+           sql_table(table) + " and its sequence needs; as an owner of the schema, run: GRANT CREATE ON SCHEMA " +
+           schema + " TO " + role + "; or have an owner run create_schema() (pgmutex schema)";
+  return "role " + role + " may create in schema " + schema + ", but the lock table " + sql_table(table) +
+         " or its sequence belongs to another role and needs an upgrade only its owner may make: have the owner run "
+         "create_schema() (pgmutex schema)";
+}
+
+}  // namespace
+
+Result<void> PostgresBackend::create_schema(std::string_view table) noexcept {
+  if (!impl_) return moved_from();
+  if (auto valid = validate_table_name(table); !valid) return valid;
+  std::lock_guard lock(impl_->mutex);
+  return impl_->run<void>(
+      "create_schema('" + std::string(table) + "')", Effect::idempotent_write, Bound::from(impl_->bound_of({})),
+      [&](Session& session, const Bound& bound) -> Outcome<void> {
+        auto done = session.run_text(create_schema_sql(table), {}, bound);
+        if (done) return {};
+        StatementFailure failure = std::move(done.error());
+        if (failure.kind == StatementFailure::Kind::server && failure.sqlstate == "42501")
+          failure.hint = missing_create_privilege(session, table, bound);
+        return tl::unexpected(std::move(failure));
+      });
+}
+
+Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<AcquireResult>(
+      request.lock.table, "acquire " + lock_context(request.lock), Effect::write, request.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<AcquireResult> {
+        const HolderDetails& given = request.holder_details;
+        const std::vector<std::string> params{
+            std::string(request.lock.lock_name), std::string(request.instance_id),
+            seconds_param(request.stale_threshold), token_param(request.token), bound.lock_timeout_param(),
+            given.host.empty() ? impl_->host : std::string(given.host),
+            std::to_string(given.pid != 0 ? given.pid : static_cast<std::int64_t>(::getpid())),
+            given.command.empty() ? impl_->options.holder_command : std::string(given.command),
+            impl_->grace_param()};
+        AcquireResult out;
+        for (int attempt = 0; attempt < acquire_tries; ++attempt) {
+          // Each try that lost changed nothing, so trying again is safe.
+          auto rows = session.run(st.acquire, params, bound);
+          if (!rows) return tl::unexpected(std::move(rows.error()));
+          bool raced = false;
+          out = read_acquire(*rows, raced);
+          if (out.acquired && impl_->mark) impl_->durable_done(session);  // an acquire commits synchronously
+          if (out.acquired || !raced) return out;
+          if (std::chrono::steady_clock::now() >= bound.deadline) break;
+        }
+        // Still racing: report whoever holds it now, if anyone.
+        auto now = session.run(st.inspect, {std::string(request.lock.lock_name)}, bound);
+        if (!now) return tl::unexpected(std::move(now.error()));
+        out = AcquireResult{};
+        if (!now->empty()) {
+          const LockRow row = row_from(*now, 0);
+          out.holder = row.instance_id;
+          out.fence = row.fence;
+          out.holder_age_s = row.seconds_since_heartbeat;
+          out.holder_token = row.token;
+        }
+        return out;
+      });
+}
+
+Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  auto changed = impl_->on_table<long>(
+      key.lock.table, "heartbeat " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<long> {
+        // After a failover the first heartbeat commits synchronously: the
+        // mutex counts the lease from it alone (BackendReportsHistory).
+        const bool durable = key.durable || impl_->durable_due(session);
+        auto rows = session.run(durable ? st.heartbeat_durable : st.heartbeat,
+                                {std::string(key.lock.lock_name), std::string(key.instance_id),
+                                 std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param()},
+                                bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        if (durable) impl_->durable_done(session);
+        impl_->last_durability = durability_of(*rows, durable || !st.asynchronous, 0);
+        return rows->affected;
+      });
+  if (!changed) return tl::unexpected(std::move(changed.error()));
+  if (*changed == 0) return no_row_for(key);
+  return {};
+}
+
+Result<void> PostgresBackend::release(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  auto removed = impl_->on_table<bool>(
+      key.lock.table, "release " + lock_context(key.lock), Effect::write, key.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<bool> {
+        auto rows = session.run(st.release,
+                                {std::string(key.lock.lock_name), std::string(key.instance_id),
+                                 std::to_string(key.fence), token_param(key.token), lock_hash(key.lock.lock_name),
+                                 bound.lock_timeout_param()},
+                                bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        return !rows->empty();
+      });
+  if (!removed) return tl::unexpected(std::move(removed.error()));
+  if (!*removed) return no_row_for(key);
+  return {};
+}
+
+Result<std::optional<LockRow>> PostgresBackend::inspect(LockRef lock_ref) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<std::optional<LockRow>>(
+      lock_ref.table, "inspect " + lock_context(lock_ref), Effect::read, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<std::optional<LockRow>> {
+        auto rows = session.run(st.inspect, {std::string(lock_ref.lock_name)}, bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        if (rows->empty()) return std::optional<LockRow>{};
+        return std::optional<LockRow>{row_from(*rows, 0)};
+      });
+}
+
+Result<std::vector<LockRow>> PostgresBackend::list(std::string_view table) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<std::vector<LockRow>>(
+      table, "list locks in '" + std::string(table) + "'", Effect::read, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<std::vector<LockRow>> {
+        auto rows = session.run(st.list, {}, bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        std::vector<LockRow> out;
+        out.reserve(rows->size());
+        for (std::size_t r = 0; r < rows->size(); ++r) out.push_back(row_from(*rows, r));
+        return out;
+      });
+}
+
+Result<std::optional<LockRow>> PostgresBackend::force_release(LockRef lock_ref) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<std::optional<LockRow>>(
+      lock_ref.table, "force-release " + lock_context(lock_ref), Effect::write, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<std::optional<LockRow>> {
+        auto rows = session.run(
+            st.force_release, {std::string(lock_ref.lock_name), lock_hash(lock_ref.lock_name), bound.lock_timeout_param()},
+            bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        if (rows->empty()) return std::optional<LockRow>{};
+        return std::optional<LockRow>{row_from(*rows, 0)};
+      });
+}
+
+}  // namespace pgmutex
