@@ -310,7 +310,13 @@ TEST_CASE("through pgbouncer, a held lock survives its server connections being 
   const auto fence = guard.fence();
 
   for (int round = 0; round < 3; ++round) {
-    const std::string before = bouncer.server_pids();
+    // The holder's server process, as pg_stat_activity lists it: a moment
+    // after a reconnect it may not be listed yet (1 run in 10 read none).
+    std::string before = bouncer.server_pids();
+    for (int i = 0; i < 200 && before.empty(); ++i) {
+      std::this_thread::sleep_for(50ms);
+      before = bouncer.server_pids();
+    }
     REQUIRE_FALSE(before.empty());
     const std::string cut = bouncer.direct("SELECT now()::text")[0][0].as<std::string>();
     bouncer.direct("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
