@@ -143,9 +143,9 @@ TEST_CASE("a holder killed with SIGKILL: the alert fires, then the lock is recla
   o.alert_threshold = 1s;
   o.stale_threshold = 2s;
   o.poll_interval = 100ms;
-  // A long attempt time (the default, 0.1 s, is
-  // short enough for a loaded machine to lose an acquire's reply; the row read
-  // back then does not say whom it replaced, and stale_reclaimed stays silent).
+  // A long attempt time: with the default (0.1 s) a loaded machine may count
+  // an acquire's reply as lost; the row read back then does not say whom it
+  // replaced, and stale_reclaimed stays silent (metrics.hpp).
   o.safety_margin = 900ms;
   o.heartbeat_timeout = 600ms;  // + one interval, for asynchronous heartbeats: <= the margin
   pgmutex::testing::RecordingMetrics metrics;

@@ -5,11 +5,11 @@
 // once, without a pool thread handing each one to that I/O thread and
 // waiting (two thread hand-offs fewer per operation).
 //
-// The one hazard there: the State takes the mutex's io_gate_ for each
+// The one hazard there: the state takes the mutex's I/O gate for each
 // statement, and a thread of the user's may hold that gate while it waits for
 // this very I/O thread to run its statement (a blocking call on the same
 // mutex at the same time). So, on the I/O thread, just before the work would
-// run, `busy()` (the gate is held) sends it to the pool instead. A thread may
+// run, `io_busy()` (the gate is held) sends it to the pool instead. A thread may
 // still take the gate between that check and the work's own entry: the I/O
 // thread then waits for the gate while the gate's holder waits for the I/O
 // thread, until the holder's statement gives up at its queueing deadline
