@@ -16,7 +16,7 @@ constexpr const char* overview = R"(Examples:
   pgmutex schema                                   # once: create the lock table
   pgmutex run --lock nightly-report -- ./report.sh # exit 75 at once if it is taken
   pgmutex run --lock deploy --wait --timeout 300 -- make deploy
-  pgmutex status                                   # every held lock, ok/alert/stale
+  pgmutex status                                   # every held lock, ok/alert/expired/stale
   pgmutex status nightly-report --json
   pgmutex release --force nightly-report           # an administrator takes it away
 
@@ -33,7 +33,7 @@ Exit codes: the command's own; 64 usage error or a DSN value libpq refuses;
 77 permission denied or authentication failed; 78 lock table, column or
 database missing (the message gives the command that fixes it);
 126/127 command not executable/not found; 128+N killed by signal N.
-status --check: 0 ok, 1 alert, 2 stale, 3 unknown.)";
+status --check: 0 ok, 1 alert, 2 expired or stale, 3 unknown.)";
 
 bool has_separator(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i)

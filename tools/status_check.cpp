@@ -26,10 +26,14 @@ CheckResult check_lock(const std::string& lock, const std::optional<LockRow>& ro
     case LockState::alert:
       return {check_code::warning,
               "PGMUTEX WARNING - " + held + ", past the alert threshold (" + seconds_text(thresholds.alert_s) + ")"};
+    case LockState::expired:
+      return {check_code::critical, "PGMUTEX CRITICAL - " + held + ", past its holder's own stale threshold (" +
+                                        seconds_text(holders_stale_s(*row)) +
+                                        "): the holder's lease is over and its row is left over"};
     case LockState::stale: break;
   }
   return {check_code::critical, "PGMUTEX CRITICAL - " + held + ", past the stale threshold (" +
-                                    seconds_text(thresholds.stale_s) + "): the holder is presumed dead"};
+                                    seconds_text(reclaim_after_s(*row, thresholds)) + "): the holder is presumed dead"};
 }
 
 CheckResult check_unknown(const std::string& why) { return {check_code::unknown, "PGMUTEX UNKNOWN - " + one_line(why)}; }

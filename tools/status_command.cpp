@@ -75,7 +75,7 @@ int execute(const StatusArgs& args) {
 
 CommandRunner add_status_command(CLI::App& app) {
   auto args = std::make_shared<StatusArgs>();
-  CLI::App* status = app.add_subcommand("status", "Show held locks: holder, fence, heartbeat age, ok/alert/stale");
+  CLI::App* status = app.add_subcommand("status", "Show held locks: holder, fence, heartbeat age, ok/alert/expired/stale");
   status->add_option("name", args->lock, "show only this lock")->type_name("NAME")->check(lock_name_validator());
   CLI::Option* json = status->add_flag("--json", args->json, "print JSON instead of a table (as --format json)");
   status->add_option("--format", args->format,
@@ -86,12 +86,15 @@ CommandRunner add_status_command(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json", "prometheus"}))
       ->excludes(json);
   status->add_flag("--check", args->check,
-                   "monitoring: one line on stdout; exit 0 ok or free, 1 alert, 2 stale, 3 unknown (cannot tell)");
+                   "monitoring: one line on stdout; exit 0 ok or free, 1 alert, 2 expired or stale, 3 unknown (cannot tell)");
   add_threshold_options(*status, args->thresholds);
   add_connection_options(*status, args->connection);
   status->footer(R"(States: ok; alert (no heartbeat for --alert-threshold seconds: is the holder
-slow or dead?); stale (no heartbeat for --stale-threshold seconds: any instance
-may reclaim it). Ages come from the server's clock.
+slow or dead?); expired (no heartbeat for the stale threshold the holder stored:
+its lease is over, its row is left over, but --stale-threshold does not reclaim
+it yet); stale (no heartbeat for the larger of --stale-threshold and the
+holder's: an instance with these thresholds reclaims it, the rule every acquire
+uses). Ages come from the server's clock.
 
 Examples:
   pgmutex status

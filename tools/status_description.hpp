@@ -31,8 +31,10 @@ struct Description<cli::LockStatus> {
        .metric = "pgmutex_lock_heartbeat_age_seconds",
        .metric_type = "gauge"},
       {.name = "state",
-       .doc = "ok, alert (no heartbeat for the alert threshold) or stale (none for the stale threshold: reclaimable); "
-              "as a metric, 1 for the lock's state and 0 for the others",
+       .doc = "ok; alert (no heartbeat for the alert threshold); expired (none for the stale threshold the holder "
+              "stored: its lease is over, but the stale threshold given does not reclaim it yet); or stale (none for "
+              "the larger of the two: reclaimable, by the rule an acquire uses); as a metric, 1 for the lock's state "
+              "and 0 for the others",
        .metric = "pgmutex_lock_state",
        .metric_type = "gauge",
        .label = "state"},

@@ -25,9 +25,22 @@ std::string age_text(double seconds) {
 
 }  // namespace
 
+double holders_stale_s(const LockRow& row) noexcept {
+  return std::chrono::duration<double>(row.stale_threshold).count();
+}
+
+double reclaim_after_s(const LockRow& row, const ThresholdArgs& thresholds) noexcept {
+  return std::max(thresholds.stale_s, holders_stale_s(row));
+}
+
+// The reclaim's own rule (an acquire takes a row whose heartbeat is older than
+// the larger of its threshold and the one the holder stored), then the
+// holder's own rule: past its stored threshold, its lease is over.
 LockState state_of(const LockRow& row, const ThresholdArgs& thresholds) noexcept {
-  if (row.seconds_since_heartbeat >= thresholds.stale_s) return LockState::stale;
-  if (row.seconds_since_heartbeat >= thresholds.alert_s) return LockState::alert;
+  const double age = row.seconds_since_heartbeat;
+  if (age >= reclaim_after_s(row, thresholds)) return LockState::stale;
+  if (holders_stale_s(row) > 0 && age >= holders_stale_s(row)) return LockState::expired;
+  if (age >= thresholds.alert_s) return LockState::alert;
   return LockState::ok;
 }
 
@@ -36,6 +49,7 @@ std::string_view to_string(LockState state) noexcept {
     case LockState::ok: return "ok";
     case LockState::alert: return "alert";
     case LockState::stale: return "stale";
+    case LockState::expired: return "expired";
   }
   return "?";
 }

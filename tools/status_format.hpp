@@ -16,7 +16,7 @@
 
 namespace pgmutex::cli {
 
-enum class LockState { ok, alert, stale };
+enum class LockState { ok, alert, expired, stale };
 
 // One line of `status`: a held lock as the operator sees it. Described once
 // in status_description.hpp; the text columns, the JSON keys and the
@@ -33,11 +33,21 @@ struct LockStatus {
   std::optional<std::string> command;
 };
 
-// By the server-clock age of the last heartbeat: stale (reclaimable) at the
-// stale threshold, alert at the alert threshold, else ok.
+// By the server-clock age of the last heartbeat, judged as a reclaim judges
+// it: stale (reclaimable by an instance with these thresholds) past the
+// larger of the stale threshold and the one the holder stored; expired past
+// the holder's stored threshold alone (its lease is over, its row is left
+// over, but these thresholds do not reclaim it yet); alert at the alert
+// threshold; else ok. A seed-made row stores no threshold: ours alone counts.
 [[nodiscard]] LockState state_of(const LockRow& row, const ThresholdArgs& thresholds) noexcept;
+// The heartbeat age past which an instance with these thresholds reclaims the row.
+[[nodiscard]] double reclaim_after_s(const LockRow& row, const ThresholdArgs& thresholds) noexcept;
+// The stale threshold the holder stored with its grant (0: none, a seed-made row).
+[[nodiscard]] double holders_stale_s(const LockRow& row) noexcept;
 [[nodiscard]] std::string_view to_string(LockState state) noexcept;
-constexpr std::array<LockState, 3> all_values(LockState) { return {LockState::ok, LockState::alert, LockState::stale}; }
+constexpr std::array<LockState, 4> all_values(LockState) {
+  return {LockState::ok, LockState::alert, LockState::expired, LockState::stale};
+}
 
 [[nodiscard]] LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds);
 
@@ -65,7 +75,7 @@ struct StatusReport {
 [[nodiscard]] nlohmann::json to_json(const StatusReport& report);
 
 // The Prometheus text exposition: pgmutex_lock_held, _heartbeat_age_seconds,
-// _fence and _state{state="ok|alert|stale"}, labelled with lock and instance.
+// _fence and _state{state="ok|alert|expired|stale"}, labelled with lock and instance.
 [[nodiscard]] std::string format_prometheus(const StatusReport& report);
 
 }  // namespace pgmutex::cli

@@ -55,9 +55,12 @@ equal "$(value "$WORK/status.prom" pgmutex_lock_state "$labels" 'state="stale"')
 # The same row as JSON: the two formats agree.
 expect 0 "status --json" pgm status held-job --json
 equal "$(jq -r '.locks[0].fence' "$OUT")" "$held_fence" "json agrees on the fence"
-# Thresholds below the age make it stale, by the same rule as the table.
-expect 0 "status --format prometheus, stale" pgm status held-job --format prometheus --alert-threshold 0.000001 --stale-threshold 0.000002
-equal "$(value "$OUT" pgmutex_lock_state "$labels" 'state="stale"')" "1" "state stale 1 past the stale threshold"
+equal "$(value "$WORK/status.prom" pgmutex_lock_state "$labels" 'state="expired"')" "0" "state expired 0"
+# Thresholds below the age, by the same rule as the table: alert, not stale,
+# since the holder stored 60 s and a reclaim waits for the larger.
+expect 0 "status --format prometheus, past our thresholds" pgm status held-job --format prometheus --alert-threshold 0.000001 --stale-threshold 0.000002
+equal "$(value "$OUT" pgmutex_lock_state "$labels" 'state="alert"')" "1" "state alert 1 past the alert threshold"
+equal "$(value "$OUT" pgmutex_lock_state "$labels" 'state="stale"')" "0" "state stale 0 before the holder's stale threshold"
 expect 0 "status of a free lock" pgm status free-job --format prometheus
 cp "$OUT" "$WORK/free.prom"
 valid "$WORK/free.prom" "free lock exposition"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pgmutex status, as text and as JSON: states ok, alert and stale.
+# pgmutex status, as text and as JSON: states ok, alert, expired and stale.
 source "$(dirname "$0")/lib.sh" "$@"
 
 expect 0 "schema" pgm schema
@@ -13,16 +13,16 @@ expect 0 "status of a free lock" pgm status free-lock
 contains "$OUT" "lock 'free-lock' is not held" "text: free lock"
 
 # Two holders: one alive (heartbeating every 0.2 s), one that will be killed.
-start_holder() {  # LOCK: writes "instance fence pid" to $WORK/LOCK
-  "$PGMUTEX" run --table "$TABLE" --lock "$1" --heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 60 -- \
+start_holder() {  # LOCK STALE_THRESHOLD: writes "instance fence pid" to $WORK/LOCK
+  "$PGMUTEX" run --table "$TABLE" --lock "$1" --heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold "$2" -- \
     sh -c 'echo "$PGMUTEX_INSTANCE $PGMUTEX_FENCE $$" >"$0.tmp" && mv "$0.tmp" "$0"; sleep 30' "$WORK/$1" \
     >/dev/null 2>&1 &
   background_pids+=($!)
   wait_for_file "$WORK/$1"
 }
-start_holder alive
+start_holder alive 60
 alive_pgmutex=${background_pids[-1]}
-start_holder doomed
+start_holder doomed 2
 doomed_pgmutex=${background_pids[-1]}
 read -r alive_instance alive_fence _ <"$WORK/alive"
 read -r doomed_instance doomed_fence doomed_shell <"$WORK/doomed"
@@ -55,11 +55,24 @@ expect 0 "status --json: alert" pgm status doomed --json --alert-threshold 1 --s
 equal "$(jq -r '.locks[0].state' "$OUT")" "alert" "json: alert"
 jq -e '.locks[0].seconds_since_heartbeat >= 1' "$OUT" >/dev/null && pass "json: age past the alert threshold" ||
   fail "json age: $(cat "$OUT")"
+# By the rule a reclaim uses: the 2 s the holder stored counts as well as ours.
+expect 0 "status: our stale threshold passed, the holder's not" pgm status doomed --alert-threshold 0.5 --stale-threshold 1
+matches "$OUT" "^doomed .* alert .*$" "text: alert, not stale, before the holder's own threshold"
+sleep 0.7
+expect 0 "status: expired" pgm status --alert-threshold 1 --stale-threshold 60
+matches "$OUT" "^doomed .* expired .*$" "text: past the holder's threshold, not ours: expired"
+matches "$OUT" "^alive .* ok .*$" "text: the live holder is still ok"
+expect 0 "status --json: expired" pgm status doomed --json --alert-threshold 1 --stale-threshold 60
+equal "$(jq -r '.locks[0].state' "$OUT")" "expired" "json: expired"
 expect 0 "status: stale" pgm status doomed --alert-threshold 0.5 --stale-threshold 1
 matches "$OUT" "^doomed .* stale .*$" "text: stale"
 expect 0 "status --json: stale" pgm status --json --alert-threshold 0.5 --stale-threshold 1
 equal "$(jq -r '.locks[] | select(.lock=="doomed") | .state' "$OUT")" "stale" "json: stale"
 equal "$(jq -r '.alert_threshold, .stale_threshold' "$OUT" | tr '\n' ' ')" "0.5 1 " "json: the thresholds used"
+expect 0 "status --format prometheus: expired and stale" pgm status doomed --format prometheus --alert-threshold 1 --stale-threshold 60
+grep -qE "^pgmutex_lock_state\{.*lock=\"doomed\".*state=\"expired\".* 1$" "$OUT" && pass "prometheus: state expired 1" || fail "prometheus expired: $(cat "$OUT")"
+expect 0 "status --format prometheus: stale" pgm status doomed --format prometheus --alert-threshold 0.5 --stale-threshold 1
+grep -qE "^pgmutex_lock_state\{.*lock=\"doomed\".*state=\"stale\".* 1$" "$OUT" && pass "prometheus: state stale 1 past the stale threshold" || fail "prometheus stale: $(cat "$OUT")"
 
 kill -TERM "$alive_pgmutex"
 wait_exit "$alive_pgmutex" 10
