@@ -45,6 +45,7 @@ struct RunArgs {
   std::vector<std::string> command;
   bool separator_given = false;
   bool quiet = false;
+  bool verbose = false;
   int conflict_exit_code = exit_code::temporary;
   std::string instance_id;
   std::string metrics_file;
@@ -99,6 +100,11 @@ void check_usage(const RunArgs& args) {
     throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
                                      (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
   }
+}
+
+Verbosity verbosity_of(const RunArgs& args) noexcept {
+  if (args.quiet) return Verbosity::quiet;
+  return args.verbose ? Verbosity::verbose : Verbosity::normal;
 }
 
 // The one line a contender prints: who holds the lock and how late they are.
@@ -191,14 +197,17 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   // Outlives the mutex, whose hooks feed it: the lease deadline the guard enforces.
   LeaseWatch lease_watch;
   auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
-                                  LockEvents{.report_alerts = args.wait, .lease = &lease_watch});
+                                  LockEvents{.report_alerts = args.wait,
+                                             .verbosity = verbosity_of(args),
+                                             .lease = &lease_watch,
+                                             .report = &report});
   if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
   report.set_instance(mutex.instance_id());
   Guard guard = take_lock(mutex, args, interrupts, report);
 
   // Only a holder warns: a contender that exits 75 has no command to stop.
-  if (!plan.shortfall.empty()) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());
+  if (!plan.shortfall.empty() && !args.quiet) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());
 
   Wakeup lost;
   std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
@@ -240,6 +249,7 @@ int execute(RunArgs& args, RunMetricsFile& report) {
                  seconds_text(args.grace_s).c_str());
   };
   events.leftovers = [&](const std::vector<pid_t>& pids) {
+    if (args.quiet) return;  // the lock waits for them: nothing the exit code shows
     std::fprintf(stderr,
                  "pgmutex: the command exited but left %zu process%s behind (%s): SIGTERM now, SIGKILL after %s; "
                  "lock '%s' is released once they are gone\n",
@@ -247,7 +257,7 @@ int execute(RunArgs& args, RunMetricsFile& report) {
                  shown(args.lock).c_str());
   };
   events.killed_after_grace = [&](const std::vector<pid_t>& pids) {
-    if (lease_lost) return;  // the exit message says it
+    if (lease_lost || args.quiet) return;  // the exit message says it, or nothing changes the exit code
     std::fprintf(stderr, "pgmutex: killed the command's leftover processes with SIGKILL after the grace period (%s)\n",
                  pid_list(pids).c_str());
   };
@@ -259,6 +269,7 @@ int execute(RunArgs& args, RunMetricsFile& report) {
                  shown(args.lock).c_str(), seconds_text(args.grace_s).c_str());
   };
   events.guardian_died = [&] {
+    if (args.quiet) return;
     std::fprintf(stderr,
                  "pgmutex: warning: the guard process (pid %d) ended: if pgmutex dies now, nothing stops the command\n",
                  static_cast<int>(guardian.pid()));
@@ -279,7 +290,8 @@ int execute(RunArgs& args, RunMetricsFile& report) {
                                                "grace period"
                                              : "the command ended after SIGTERM"));
   }
-  if (auto released = guard.release(nothrow); !released)
+  // A failed release leaves a row that goes stale: the exit code is the command's.
+  if (auto released = guard.release(nothrow); !released && !args.quiet)
     std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", shown(args.lock).c_str(),
                  one_line(released.error().message()).c_str());
   return outcome.exit_code;
@@ -317,7 +329,13 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->capture_default_str()
       ->type_name("S")
       ->check(seconds_validator());
-  run->add_flag("-q,--quiet", args->quiet, "print nothing when the lock is taken (as flock -n); errors are still printed");
+  CLI::Option* quiet = run->add_flag(
+      "-q,--quiet", args->quiet,
+      "print only what changes the exit code, and a lost lock: nothing when the lock is taken (as flock -n), no "
+      "warning for heartbeats retried after a restart (--metrics-file counts them); errors are still printed");
+  run->add_flag("-v,--verbose", args->verbose,
+                "also print each lock event: acquired (with the fence), released, a heartbeat recovered after retries")
+      ->excludes(quiet);
   run->add_option("-E,--conflict-exit-code", args->conflict_exit_code,
                   "exit with N instead of 75 when the lock is taken, or still taken after --timeout (as flock -E)")
       ->capture_default_str()

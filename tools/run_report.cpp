@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "record_exposition.hpp"
 #include "run_report_description.hpp"
@@ -83,6 +84,17 @@ void RunMetricsFile::wait_ended(LockOutcome outcome, Fence fence) {
 void RunMetricsFile::lost() {
   std::lock_guard hold(mutex_);
   report_.lock_outcome = LockOutcome::lost;
+}
+
+void RunMetricsFile::heartbeat_failed() {
+  std::lock_guard hold(mutex_);
+  ++report_.heartbeat_retries;
+  ++failed_in_a_row_;
+}
+
+int RunMetricsFile::heartbeat_succeeded() {
+  std::lock_guard hold(mutex_);
+  return std::exchange(failed_in_a_row_, 0);
 }
 
 void RunMetricsFile::write(int exit_code) noexcept {

@@ -30,6 +30,7 @@ struct RunReport {
   double lock_wait = 0;
   LockOutcome lock_outcome = LockOutcome::none;
   double fence = 0;  // 0: no grant
+  double heartbeat_retries = 0;  // heartbeats that failed and were tried again
 };
 
 // The text exposition of one run's report.
@@ -46,6 +47,10 @@ class RunMetricsFile {
   void wait_started();
   void wait_ended(LockOutcome outcome, Fence fence = 0);
   void lost();
+  // A heartbeat failed and is tried again: counted. Returns nothing to print.
+  void heartbeat_failed();
+  // A heartbeat succeeded: how many failed in a row before it (0: none).
+  int heartbeat_succeeded();
 
   // Writes the report with this exit code: a temporary file in the same
   // folder, renamed over PATH, so a scrape never reads half of it. A failure
@@ -59,6 +64,7 @@ class RunMetricsFile {
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point wait_started_;
   bool written_ = false;
+  int failed_in_a_row_ = 0;
 };
 
 }  // namespace pgmutex::cli

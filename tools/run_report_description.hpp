@@ -10,13 +10,13 @@
 #include "run_report.hpp"
 
 BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::RunReport, lock, instance, start_time, end_time, duration, exit_code, lock_wait,
-                        lock_outcome, fence);
+                        lock_outcome, fence, heartbeat_retries);
 
 namespace pgmutex::describe {
 
 template <>
 struct Description<cli::RunReport> {
-  static constexpr std::array<Field, 9> fields = {{
+  static constexpr std::array<Field, 10> fields = {{
       {.name = "lock", .doc = "the lock's name", .label = "lock"},
       {.name = "instance", .doc = "this run's instance id", .label = "instance"},
       {.name = "start_time",
@@ -52,6 +52,11 @@ struct Description<cli::RunReport> {
       {.name = "fence",
        .doc = "the fence of the run's grant (0: it got none)",
        .metric = "pgmutex_run_fence",
+       .metric_type = "gauge"},
+      {.name = "heartbeat_retries",
+       .doc = "heartbeats that failed and were tried again while the command ran (a restart, a network hiccup): "
+              "transient if the run did not lose the lock; --quiet does not print them",
+       .metric = "pgmutex_run_heartbeat_retries",
        .metric_type = "gauge"},
   }};
 };

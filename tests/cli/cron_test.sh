@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# For cron: --quiet (no "taken" line, as flock -n), -E / --conflict-exit-code
+# For cron: --quiet (no "taken" line, as flock -n; no warning for heartbeats
+# retried across a server restart, which --metrics-file counts; --verbose
+# tells each event), -E / --conflict-exit-code
 # (as flock -E), --instance-id; the "taken" line names the holder's pid and
 # command; names with control characters never reach the output raw.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -59,5 +61,41 @@ equal "$(jq -r '.locks[0].lock' "$OUT")" "$evil" "json keeps the exact name (JSO
 expect 0 "status --check" pgm status --check "$evil"
 equal "$(line_count "$OUT")" "1" "--check: one line"
 lacks "$OUT" $'\e' "--check: no raw escape"
+
+# --- heartbeats retried across a restart: --quiet prints nothing --------------
+# The fault proxy resets every connection, new ones too, for a second (the
+# server restarting), then lets them through: each heartbeat in between fails
+# and is retried, the lease survives, and the command ends well.
+start_fault_proxy
+through_restart() {  # NAME FLAGS...: a 3 s command; the proxy resets for 1 s in the middle
+  local name=$1
+  shift
+  "$PGMUTEX" run --table "$TABLE" --dsn "host=127.0.0.1 port=$proxy_port" --lock "restart-$name" \
+    --heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 8 --metrics-file "$WORK/$name.prom" "$@" \
+    -- sh -c 'echo go >"$0"; sleep 3' "$WORK/$name.started" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  local pid=$!
+  background_pids+=("$pid")
+  wait_for_file "$WORK/$name.started"
+  sleep 0.5
+  proxy_mode reset
+  sleep 1
+  proxy_mode pass
+  wait_exit "$pid" 30
+}
+retries() { grep -E '^pgmutex_run_heartbeat_retries\{' "$1" | awk '{print $NF}'; }
+
+through_restart quiet -q -E 0
+equal "$EXIT" "0" "--quiet across a restart: the command's exit code"
+equal "$(cat "$WORK/quiet.out" "$WORK/quiet.err")" "" "--quiet across a restart: nothing printed, so cron mails nothing"
+[[ "$(retries "$WORK/quiet.prom")" =~ ^[1-9][0-9]*$ ]] && pass "--metrics-file counts the retried heartbeats ($(retries "$WORK/quiet.prom"))" ||
+  fail "no retried heartbeats counted: $(cat "$WORK/quiet.prom")"
+
+through_restart verbose -v
+equal "$EXIT" "0" "--verbose across a restart: the command's exit code"
+contains "$WORK/verbose.err" "pgmutex: acquired lock 'restart-verbose' (fence " "--verbose: the grant, with its fence"
+contains "$WORK/verbose.err" "failed, retrying" "--verbose: each failed heartbeat"
+contains "$WORK/verbose.err" "pgmutex: heartbeat for lock 'restart-verbose' recovered after " "--verbose: the recovery"
+contains "$WORK/verbose.err" "pgmutex: released lock 'restart-verbose'" "--verbose: the release"
+expect 64 "--quiet and --verbose together: usage error" pgm run --lock x -q -v -- true
 
 finish

@@ -7,27 +7,9 @@
 # still ACKs). The lease deadline still fires, the command's group is dead
 # before a rival connected directly gets the lock, and pgmutex exits 70.
 source "$(dirname "$0")/lib.sh" "$@"
-proxy_script="$(cd "$(dirname "$0")/../tools" && pwd)/fault_proxy.py"
-: "${PGMUTEX_TEST_TCP_HOST:?run under scripts/with-postgres}"
 
 expect 0 "schema" pgm schema
-
-python3 "$proxy_script" --upstream "$PGMUTEX_TEST_TCP_HOST:$PGPORT" --max-lifetime 120 >"$WORK/proxy.out" &
-background_pids+=("$!")
-wait_for_file "$WORK/proxy.out"
-read -r _ address _ control <"$WORK/proxy.out"
-proxy_port=${address##*:}
-control_port=${control##*:}
-
-# proxy_mode MODE: pass | freeze | ...; returns once the proxy applies it.
-proxy_mode() {
-  local reply
-  exec 3<>"/dev/tcp/127.0.0.1/$control_port"
-  echo "$1" >&3
-  read -r reply <&3
-  exec 3<&-
-  equal "$reply" "ok $1" "the proxy is in $1 mode"
-}
+start_fault_proxy
 
 short=(--heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 4 --grace 0.5)
 # The command ignores SIGTERM, so only the SIGKILL after --grace ends it.

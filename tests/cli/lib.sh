@@ -118,3 +118,27 @@ finish() {
   echo "$TEST_NAME: all $checks checks passed"
   exit 0
 }
+
+# start_fault_proxy: tests/tools/fault_proxy.py in front of the server; sets
+# proxy_port. proxy_mode MODE (pass | freeze | reset | ...) returns once the
+# proxy applies it.
+start_fault_proxy() {
+  : "${PGMUTEX_TEST_TCP_HOST:?run under scripts/with-postgres}"
+  local script
+  script="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)/fault_proxy.py"
+  python3 "$script" --upstream "$PGMUTEX_TEST_TCP_HOST:$PGPORT" --max-lifetime 120 >"$WORK/proxy.out" &
+  background_pids+=("$!")
+  wait_for_file "$WORK/proxy.out"
+  local address control
+  read -r _ address _ control <"$WORK/proxy.out"
+  proxy_port=${address##*:}
+  proxy_control_port=${control##*:}
+}
+proxy_mode() {
+  local reply
+  exec 3<>"/dev/tcp/127.0.0.1/$proxy_control_port"
+  echo "$1" >&3
+  read -r reply <&3
+  exec 3<&-
+  equal "$reply" "ok $1" "the proxy is in $1 mode"
+}
