@@ -1,6 +1,7 @@
-// Every C++ snippet in README.md, verbatim, each in a function of its own with
-// the few names it assumes defined here: the README never shows code that does
-// not build. tests/readme_snippets.py checks that each README snippet is here.
+// The C++ snippets of README.md and the documentation site (docs/) that no
+// other example holds, verbatim, each in a function of its own with the few
+// names it assumes defined here: no page shows code that does not build.
+// tests/readme_snippets.py checks that each snippet is here or in another example.
 // This program is only compiled: its snippets talk to made-up hosts.
 #include <cstdio>
 #include <mutex>
