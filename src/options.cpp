@@ -11,27 +11,17 @@
 
 #include "pgmutex/describe/options.hpp"
 #include "pgmutex/describe/record.hpp"
+#include "pgmutex/table_name.hpp"
 
 namespace pgmutex {
 namespace {
 
 constexpr std::size_t max_name_chars = 64;  // VARCHAR(64)
-constexpr std::size_t max_identifier_bytes = 63;  // Postgres NAMEDATALEN - 1
 
 std::string seconds_text(std::chrono::nanoseconds d) {
   std::array<char, 32> buffer{};
   std::snprintf(buffer.data(), buffer.size(), "%gs", std::chrono::duration<double>(d).count());
   return buffer.data();
-}
-
-bool is_identifier(std::string_view part) {
-  if (part.empty() || part.size() > max_identifier_bytes) return false;
-  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (!letter(part.front())) return false;
-  for (char c : part)
-    if (!letter(c) && !digit(c)) return false;
-  return true;
 }
 
 }  // namespace
@@ -82,15 +72,8 @@ Result<void> validate_lock_name(std::string_view name, std::string_view option) 
 }
 
 Result<void> validate_table_name(std::string_view table) {
-  const auto dot = table.find('.');
-  const bool ok = dot == std::string_view::npos
-                      ? is_identifier(table)
-                      : is_identifier(table.substr(0, dot)) && is_identifier(table.substr(dot + 1));
-  if (!ok)
-    return fail(Errc::invalid_argument,
-                "table '" + std::string(table) +
-                    "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes), "
-                    "optionally schema-qualified as schema.table");
+  auto parsed = parse_table_name(table);
+  if (!parsed) return tl::unexpected(std::move(parsed.error()));
   return {};
 }
 

@@ -6,6 +6,7 @@
 
 #include "pgmutex/options.hpp"
 #include "pgmutex/postgres_backend.hpp"
+#include "pgmutex/table_name.hpp"
 
 namespace pgmutex::cli {
 namespace {
@@ -17,26 +18,6 @@ std::string shell_quoted(const std::string& text) {
     else out.push_back(c);
   }
   return out + "'";
-}
-
-// An SQL identifier, quoted unless Postgres would read it unquoted as it is.
-std::string sql_identifier(const std::string& name) {
-  bool plain = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
-  for (char c : name) plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
-  if (plain) return name;
-  std::string out = "\"";
-  for (char c : name) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
-// The library quotes each part of a table name: "Jobs" is not jobs.
-std::string sql_table(const std::string& table) {
-  const auto dot = table.find('.');
-  if (dot == std::string::npos) return sql_identifier(table);
-  return sql_identifier(table.substr(0, dot)) + "." + sql_identifier(table.substr(dot + 1));
 }
 
 bool dsn_given_as_flag(const ConnectionArgs& connection) {
@@ -75,15 +56,18 @@ std::string connection_role(const ConnectionArgs& connection) {
   return role.empty() ? "ROLE" : role;
 }
 
+// The names are the library's own: psql's rules, and the derived sequence.
 std::string lock_grants(const std::string& table, const std::string& role) {
   const std::string r = sql_identifier(role);
-  return "GRANT SELECT, INSERT, UPDATE, DELETE ON " + sql_table(table) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
-         sql_table(table + "_fence_seq") + " TO " + r;
+  const auto name = parse_table_name(table);
+  if (!name) return "GRANT SELECT, INSERT, UPDATE, DELETE ON <table> TO " + r;
+  return "GRANT SELECT, INSERT, UPDATE, DELETE ON " + sql_name(*name) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
+         sql_name(fence_sequence_of(*name)) + " TO " + r;
 }
 
 std::string schema_grant(const std::string& table, const std::string& role) {
-  const auto dot = table.find('.');
-  const std::string schema = dot == std::string::npos ? "public" : sql_identifier(table.substr(0, dot));
+  const auto name = parse_table_name(table);
+  const std::string schema = !name || name->schema.empty() ? "public" : sql_identifier(name->schema);
   return "GRANT CREATE ON SCHEMA " + schema + " TO " + sql_identifier(role);
 }
 

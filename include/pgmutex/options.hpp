@@ -25,7 +25,7 @@ template <template <class> class Defaulted>
 struct BasicOptions {
   std::string lock_name = {};   // 1..64 characters (as VARCHAR(64) counts them)
   std::string instance_id = {}; // empty: "<hostname>-<random>"; else 1..64 characters, unique per process
-  std::string table = "mutex_lock";  // an identifier, or schema.identifier; always quoted in SQL
+  std::string table = "mutex_lock";  // [schema.]table, read by psql's rules (pgmutex/table_name.hpp)
   std::chrono::nanoseconds heartbeat_interval = 10s;
   std::chrono::nanoseconds alert_threshold = 30s;   // observers raise `alert` past this age
   std::chrono::nanoseconds stale_threshold = 600s;  // any instance may reclaim past this age

@@ -1,7 +1,8 @@
 // Fuzz target: identifier validation. validate_table_name() and
 // validate_lock_name() never crash on any bytes, and what they accept is safe:
-// a table name is one or two plain identifiers whose quoted form (the only
-// form that reaches SQL) reads back as exactly those identifiers; a lock name
+// a table name is one or two identifiers by psql's rules whose quoted form
+// (the only form that reaches SQL) reads back as exactly those identifiers,
+// whose printed form reads back as the same table, and whose derived names fit; a lock name
 // (always a bound parameter) is 1..64 characters of valid UTF-8 with no NUL.
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "pgmutex/options.hpp"
+#include "pgmutex/table_name.hpp"
 #include "sql.hpp"
 
 namespace {
@@ -52,14 +54,7 @@ std::vector<std::string> unquote(std::string_view sql) {
   return parts;
 }
 
-bool plain_identifier(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  const auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  if (!letter(s[0])) return false;
-  for (char c : s)
-    if (!letter(c) && !(c >= '0' && c <= '9')) return false;
-  return true;
-}
+bool valid_part(std::string_view s) { return !s.empty() && s.size() <= 63 && s.find('\0') == std::string_view::npos; }
 
 // Strict UTF-8 (no overlongs, no surrogates, at most U+10FFFF): the characters, or -1.
 long utf8_characters(std::string_view s) {
@@ -92,14 +87,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view input(reinterpret_cast<const char*>(data), size);
 
   if (pgmutex::validate_table_name(input)) {
+    const auto name = pgmutex::parse_table_name(input).value();
     const auto parts = unquote(pgmutex::postgres_detail::quote_table(input));
-    if (parts.empty() || parts.size() > 2) fail("accepted table does not quote to one or two names", input);
-    std::string joined;
-    for (const std::string& part : parts) {
-      if (!plain_identifier(part)) fail("accepted table has a part that is no plain identifier", input);
-      joined += (joined.empty() ? "" : ".") + part;
-    }
-    if (joined != input) fail("accepted table does not read back from its quoted form", input);
+    const std::vector<std::string> want =
+        name.schema.empty() ? std::vector<std::string>{name.name} : std::vector<std::string>{name.schema, name.name};
+    if (parts != want) fail("accepted table does not quote to the parts psql's rules read", input);
+    for (const std::string& part : parts)
+      if (!valid_part(part)) fail("accepted table has an empty, NUL-holding or over-63-byte part", input);
+    // The name every hint prints reads back, by the same rules, as the same table.
+    const auto again = pgmutex::parse_table_name(pgmutex::sql_name(name));
+    if (!again || again->schema != name.schema || again->name != name.name)
+      fail("the printed name of an accepted table does not read back as it", input);
+    // Derived names fit, so Postgres never cuts them short.
+    if (pgmutex::fence_sequence_of(name).name.size() > 63 || pgmutex::unique_constraint_of(name).size() > 63)
+      fail("a derived name is over 63 bytes", input);
   }
 
   const auto lock = pgmutex::validate_lock_name(input);

@@ -5,25 +5,44 @@
 #include <array>
 #include <cstdint>
 
+#include "pgmutex/table_name.hpp"
+
 namespace pgmutex::postgres_detail {
 namespace {
 
-// The sequence lives next to the table: mutex_lock -> mutex_lock_fence_seq.
-std::string sequence_of(std::string_view table) { return std::string(table) + "_fence_seq"; }
+// The parts of a name that passed validate_table_name.
+TableName parts_of(std::string_view table) { return parse_table_name(table).value(); }
 
-std::string quote_parts(std::string_view name) {
-  const auto dot = name.find('.');
-  if (dot == std::string_view::npos) return "\"" + std::string(name) + "\"";
-  return "\"" + std::string(name.substr(0, dot)) + "\".\"" + std::string(name.substr(dot + 1)) + "\"";
+std::string quoted_identifier(std::string_view identifier) {
+  std::string out = "\"";
+  for (char c : identifier) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  return out + "\"";
 }
 
-std::string bare_table(std::string_view table) {
-  const auto dot = table.find('.');
-  return std::string(dot == std::string_view::npos ? table : table.substr(dot + 1));
+// "schema"."table", every part quoted: the parts are what psql's rules read.
+std::string quote_parts(const TableName& name) {
+  return name.schema.empty() ? quoted_identifier(name.name)
+                             : quoted_identifier(name.schema) + "." + quoted_identifier(name.name);
 }
 
-// nextval('"schema"."t_fence_seq"'): the identifier is validated ([A-Za-z0-9_]), so it is a safe literal.
-std::string nextval(std::string_view table) { return "nextval('" + quote_parts(sequence_of(table)) + "')"; }
+// A string literal: a quoted identifier may hold a single quote.
+std::string literal(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') out.push_back('\'');
+    out.push_back(c);
+  }
+  return out + "'";
+}
+
+// The sequence lives next to the table: mutex_lock -> mutex_lock_fence_seq (fence_sequence_of).
+std::string sequence_of(std::string_view table) { return quote_parts(fence_sequence_of(parts_of(table))); }
+
+// nextval('"schema"."t_fence_seq"').
+std::string nextval(std::string_view table) { return "nextval(" + literal(sequence_of(table)) + ")"; }
 
 // A grant's fence: the sequence's next value plus (timeline - 1) << 40.
 // With asynchronous replication a promoted standby may lack the sequence's
@@ -50,7 +69,7 @@ constexpr std::string_view row_columns =
 
 // The table's oid, computed by the server from the quoted name: every spelling
 // of one table gives one value. The name is validated, so it is a safe literal.
-std::string oid_of(std::string_view table) { return "('" + quote_parts(table) + "'::regclass)::oid::bigint"; }
+std::string oid_of(std::string_view table) { return "(" + literal(quote_table(table)) + "::regclass)::oid::bigint"; }
 
 // The NOTIFY channel, built in SQL exactly as release_channel() builds it.
 std::string channel_sql(std::string_view table, std::string_view hash_param) {
@@ -80,27 +99,11 @@ std::string hash_hex(std::string_view text) {
   return out;
 }
 
-std::string quote_table(std::string_view table) { return quote_parts(table); }
+std::string quote_table(std::string_view table) { return quote_parts(parts_of(table)); }
 
-std::string sql_identifier(std::string_view name) {
-  bool plain = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
-  for (char c : name) plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
-  if (plain) return std::string(name);
-  std::string out = "\"";
-  for (char c : name) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
+std::string sql_table(std::string_view table) { return sql_name(parts_of(table)); }
 
-std::string sql_table(std::string_view table) {
-  const auto dot = table.find('.');
-  if (dot == std::string_view::npos) return sql_identifier(table);
-  return sql_identifier(table.substr(0, dot)) + "." + sql_identifier(table.substr(dot + 1));
-}
-
-std::string sql_fence_sequence(std::string_view table) { return sql_table(sequence_of(table)); }
+std::string sql_fence_sequence(std::string_view table) { return sql_name(fence_sequence_of(parts_of(table))); }
 
 std::string lock_hash(std::string_view lock_name) { return hash_hex(lock_name); }
 
@@ -280,16 +283,17 @@ constexpr std::string_view fillfactor = "50";
 
 std::string create_schema_sql(std::string_view table) {
   const std::string t = quote_table(table);
-  const std::string bare = bare_table(table);
+  const std::string t_literal = literal(t);
+  const std::string sequence = sequence_of(table);
   // A UNIQUE constraint's index name is per schema, so it is made from the
   // table name (the default table keeps the seed's uq_mutex_lock).
-  const std::string uq = "\"uq_" + bare + "\"";
+  const std::string uq = quoted_identifier(unique_constraint_of(parts_of(table)));
   const std::string chk = "\"chk_locked\"";  // CHECK names are per table: the seed's name fits every table
   // Each missing column is added only after a catalog check: ALTER TABLE takes
   // an ACCESS EXCLUSIVE lock even when IF NOT EXISTS makes it a no-op, and
   // that would stall every holder's heartbeat on each create_schema call.
   const auto add_if_missing = [&](std::string_view column, std::string_view definition) {
-    return "  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '" + t + "'::regclass AND attname = '" +
+    return "  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = " + t_literal + "::regclass AND attname = '" +
            std::string(column) + "' AND NOT attisdropped) THEN\n"
            "    ALTER TABLE " + t + " ADD COLUMN IF NOT EXISTS " + std::string(column) + " " +
            std::string(definition) + ";\n  END IF;\n";
@@ -297,7 +301,21 @@ std::string create_schema_sql(std::string_view table) {
   return "SET LOCAL client_min_messages = warning;\n"
          // Two processes creating the schema at once would race on the catalog.
          "SELECT pg_advisory_xact_lock(hashtext('pgmutex.create_schema'));\n"
-         "CREATE SEQUENCE IF NOT EXISTS " + quote_parts(sequence_of(table)) + ";\n"
+         // A table with fences but no sequence of the name derived now: made
+         // by a pgmutex that let Postgres cut a long derived name short. A
+         // new sequence would restart fences at 1: refuse, and say what to rename.
+         "DO $pgmutex$ DECLARE fence_default text; BEGIN\n"
+         "  IF to_regclass(" + literal(sequence) + ") IS NULL AND to_regclass(" + t_literal + ") IS NOT NULL THEN\n"
+         "    SELECT pg_get_expr(d.adbin, d.adrelid) INTO fence_default FROM pg_attrdef d JOIN pg_attribute a\n"
+         "      ON a.attrelid = d.adrelid AND a.attnum = d.adnum WHERE d.adrelid = " + t_literal + "::regclass AND a.attname = 'fence';\n"
+         "    IF fence_default IS NOT NULL THEN\n"
+         "      RAISE EXCEPTION 'lock table % has fences but no sequence %', " + literal(t) + ", " + literal(sequence) + "\n"
+         "        USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'its fence column reads ' || fence_default ||\n"
+         "        ': rename that sequence to ' || " + literal(sequence) + " || ' (ALTER SEQUENCE ... RENAME TO ...), so that fences keep increasing';\n"
+         "    END IF;\n"
+         "  END IF;\n"
+         "END $pgmutex$;\n"
+         "CREATE SEQUENCE IF NOT EXISTS " + sequence + ";\n"
          "CREATE TABLE IF NOT EXISTS " + t + " (\n"
          "  lock_name      VARCHAR(64) NOT NULL,\n"
          "  locked         INT NOT NULL DEFAULT 1,\n"
@@ -325,9 +343,9 @@ std::string create_schema_sql(std::string_view table) {
          // table must keep succeeding. SET takes a SHARE UPDATE EXCLUSIVE
          // lock, which no heartbeat waits for; pages written before keep
          // their old fill until their rows move.
-         "  IF NOT EXISTS (SELECT 1 FROM pg_class c, pg_options_to_table(c.reloptions) o WHERE c.oid = '" + t +
-         "'::regclass AND o.option_name = 'fillfactor')\n"
-         "     AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = '" + t + "'::regclass), 'USAGE') THEN\n"
+         "  IF NOT EXISTS (SELECT 1 FROM pg_class c, pg_options_to_table(c.reloptions) o WHERE c.oid = " + t_literal +
+         "::regclass AND o.option_name = 'fillfactor')\n"
+         "     AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = " + t_literal + "::regclass), 'USAGE') THEN\n"
          "    ALTER TABLE " + t + " SET (fillfactor = " + std::string(fillfactor) + ");\n  END IF;\n"
          "END $pgmutex$;\n";
 }

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "pgmutex/table_name.hpp"
+
 namespace pgmutex::postgres_detail {
 
 // A prepared statement: its name (unique per table and text) and its text.
@@ -47,13 +49,11 @@ inline constexpr std::string_view failover_grace_marker = "(failover grace)";
 // `table` must have passed validate_table_name.
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off);
 
-// "schema"."table" or "table".
+// "schema"."table" or "table": every part quoted, as psql's rules read it.
 std::string quote_table(std::string_view table);
 
-// An identifier as a user would type it in a GRANT: bare if Postgres reads it
-// bare as it is (lower case, digits, _), else double-quoted.
-std::string sql_identifier(std::string_view name);
-// The table (each part as sql_identifier), and its fence sequence likewise.
+// The table as a user would type it in a GRANT (sql_name in
+// pgmutex/table_name.hpp), and its fence sequence likewise.
 std::string sql_table(std::string_view table);
 std::string sql_fence_sequence(std::string_view table);
 

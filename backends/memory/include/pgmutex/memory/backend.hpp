@@ -53,7 +53,8 @@ class MemoryBackend {
     server_->delay();
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
-    if (!server_->tables_.contains(table)) server_->tables_.emplace(std::string(table), MemoryServer::Table{});
+    if (std::string key = MemoryServer::table_key(table); !server_->tables_.contains(key))
+      server_->tables_.emplace(std::move(key), MemoryServer::Table{});
     return {};
   }
 

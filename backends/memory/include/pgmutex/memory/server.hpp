@@ -25,6 +25,7 @@
 #include "pgmutex/backend.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/error.hpp"
+#include "pgmutex/table_name.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 #include "pgmutex/testing/manual_executor.hpp"
 
@@ -257,7 +258,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // The row as it is, bypassing faults and counters: for a test's invariants.
   [[nodiscard]] std::optional<LockRow> peek(LockRef lock_ref) const {
     detail::LightLock lock(mutex_);
-    const auto table = tables_.find(lock_ref.table);
+    const auto table = tables_.find(table_key(lock_ref.table));
     if (table == tables_.end()) return std::nullopt;
     const auto row = table->second.rows.find(lock_ref.lock_name);
     if (row == table->second.rows.end() || !row->second.present) return std::nullopt;
@@ -410,12 +411,20 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return true;
   }
 
+  // A table's key, as Postgres names it: Locks.Jobs and locks.jobs are one
+  // table (psql's rules, pgmutex/table_name.hpp). A name that breaks them is
+  // refused before it gets here.
+  static std::string table_key(std::string_view name) {
+    auto parsed = parse_table_name(name);
+    return parsed ? sql_name(*parsed) : std::string(name);
+  }
+
   Result<Table*> table(std::string_view name) {
     if (last_table_ != nullptr && last_table_name_ == name) return last_table_;
-    const auto it = tables_.find(name);
+    const auto it = tables_.find(table_key(name));
     if (it == tables_.end())
       return fail(Errc::schema_missing, "table '" + std::string(name) + "' does not exist (call create_schema)");
-    last_table_name_ = it->first;
+    last_table_name_ = name;
     last_table_ = &it->second;
     return &it->second;
   }
@@ -489,7 +498,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   Errc fail_with_ = Errc::backend_unavailable;
   int lose_replies_ = 0;
   std::deque<Fault> plan_;
-  std::string_view last_table_name_;  // the key of the last table looked up (map keys never move)
+  std::string last_table_name_;  // the name last looked up, as the caller spelled it (its table's address: last_table_)
   Table* last_table_ = nullptr;
   std::atomic<std::chrono::nanoseconds::rep> latency_{0};  // read without mutex_, by delay()
   bool armed_ = false;  // any fault above (not latency) is armed: see rearm()
