@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # check_command_docs.sh ROOT BINDIR MANDIR DATADIR: the installed manual pages
 # and bash completion of the pgmutex command agree with its --help: a page per
-# subcommand --help lists, each renders without a warning and names every flag
-# that subcommand's --help names, and the completion completes subcommands,
-# their flags and flag values.
+# subcommand --help lists, each renders without a warning (groff -ww), names
+# every flag that subcommand's --help names and has an entry for each of its
+# options, and the completion completes subcommands, their flags and flag values.
 set -euo pipefail
 root=$1 bindir=$2 mandir=$3 datadir=$4
 pgmutex="$root/$bindir/pgmutex"
@@ -22,12 +22,15 @@ subcommands=$("$pgmutex" --help | awk 'tolower($0) ~ /^subcommands:/ {on=1; next
 # Every --flag a help text names (descriptions mention some: they must be documented too).
 flags_of() { grep -oE -- '--[a-z][a-z0-9-]+' | sort -u; }
 
+# The flags a help text lists as options (the lines that begin with them).
+option_flags() { grep -oE -- '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]+' | flags_of; }
+
 # Renders a page as a reader sees it; prints groff's warnings on stderr.
 render() {
   if command -v man >/dev/null; then
-    LC_ALL=C MANWIDTH=80 MAN_KEEP_FORMATTING= man --warnings=all -l "$1"
+    LC_ALL=C MANWIDTH=80 MAN_KEEP_FORMATTING= man --warnings=w -l "$1"
   elif command -v groff >/dev/null; then
-    LC_ALL=C groff -man -Tascii -P-cbou -wall "$1"
+    LC_ALL=C groff -man -Tascii -P-cbou -ww "$1"
   elif command -v mandoc >/dev/null; then
     mandoc -Tlint -Wwarning "$1" >&2 || true
     mandoc -Tascii "$1"
@@ -50,6 +53,11 @@ for page in "${pages[@]}"; do
   help=$("$pgmutex" "${help_args[@]}")
   for flag in $(printf '%s\n' "$help" | flags_of); do
     grep -qF -- "$flag" <<<"$text" || fail "$page(1) does not name $flag, which '${help_args[*]}' names"
+  done
+  # Each flag --help lists as an option has its own entry (a line of its own
+  # at the entries' indent, "-q, --quiet" or "--lock NAME").
+  for flag in $(printf '%s\n' "$help" | option_flags); do
+    grep -qE -- "^ {7}(-[A-Za-z], )?$flag( |\$)" <<<"$text" || fail "$page(1) has no entry for $flag"
   done
   echo "$page(1): installed, renders without warnings, names every flag of 'pgmutex ${help_args[*]}'"
 done
@@ -74,7 +82,7 @@ complete_words() {
   fail "'pgmutex <TAB>' gives '$(complete_words '' | tr '\n' ' ')', not the subcommands --help lists"
 for sub in $subcommands; do
   offered=$(complete_words "$sub" -)
-  for flag in $("$pgmutex" "$sub" --help | grep -oE -- '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]+' | flags_of); do
+  for flag in $("$pgmutex" "$sub" --help | option_flags); do
     grep -qxF -- "$flag" <<<"$offered" || fail "'pgmutex $sub -<TAB>' does not offer $flag"
   done
   echo "completion: 'pgmutex $sub -<TAB>' offers every flag of 'pgmutex $sub --help'"
