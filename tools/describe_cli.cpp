@@ -48,7 +48,8 @@ std::vector<std::string> names_of(const CLI::Option& option) {
   return names;
 }
 
-bool takes_value(const CLI::Option& option) { return option.get_type_size_max() > 0; }
+// A flag (--wait) expects no value; CLI11 marks it with expected(0).
+bool takes_value(const CLI::Option& option) { return option.get_expected_max() != 0; }
 
 // "MODE:{auto,prepared,unnamed}" -> "MODE", and the choices.
 std::string value_name(const CLI::Option& option) {
@@ -190,7 +191,10 @@ std::string subcommand_page(CLI::App& app, CLI::App& sub) {
   std::string page = title(name) + ".SH NAME\n" + roff(name) + " \\- " + roff(sub.get_description()) + "\n";
   std::string synopsis = bold("pgmutex " + sub.get_name());
   for (const CLI::Option* option : shown_options(sub, false))
-    if (option->get_required()) synopsis += " " + bold(names_of(*option).back()) + " " + italic(value_name(*option));
+    if (option->get_required()) {
+      synopsis += " " + bold(names_of(*option).back());
+      if (takes_value(*option)) synopsis += " " + italic(value_name(*option));
+    }
   synopsis += " [" + italic("OPTIONS") + "]";
   for (const CLI::Option* option : shown_options(sub, true)) {
     std::string word = repeats(*option) ? bold("--") + " " + italic(positional_name(*option)) + "..."

@@ -89,6 +89,8 @@ for sub in $subcommands; do
 done
 [ "$(complete_words run --statement-mode '' | tr '\n' ' ')" = "auto prepared unnamed " ] ||
   fail "'pgmutex run --statement-mode <TAB>' gives '$(complete_words run --statement-mode '' | tr '\n' ' ')'"
+[ "$(complete_words run --wait --ti)" = --timeout ] ||
+  fail "'pgmutex run --wait --ti<TAB>' gives '$(complete_words run --wait --ti)': a flag taken for a flag with a value?"
 complete_words run --lock x -- ech | grep -qx echo ||
   fail "'pgmutex run --lock x -- ech<TAB>' does not offer echo"
 echo "completion: 'pgmutex ru<TAB>' is run, 'r<TAB>' lists run and release; flag values and the command after -- complete"
