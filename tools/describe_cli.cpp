@@ -7,10 +7,10 @@
 // app has and the list lacks (or the reverse) fails the build instead of
 // going without a page.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
-#include <iostream>
-#include <set>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -230,11 +230,12 @@ int write_man_pages(CLI::App& app, const std::string& outdir, std::vector<std::s
   std::vector<std::string> actual;
   for (CLI::App* sub : subcommands_of(app)) actual.push_back(sub->get_name());
   std::sort(listed.begin(), listed.end());
-  std::vector<std::string> sorted = actual;
-  std::sort(sorted.begin(), sorted.end());
-  if (listed != sorted) {
-    std::fprintf(stderr, "describe_cli: the build lists the subcommands {%s} but pgmutex has {%s}: update man_subcommands in tools/man/meson.build\n",
-                 joined(listed, ",").c_str(), joined(sorted, ",").c_str());
+  std::sort(actual.begin(), actual.end());
+  if (listed != actual) {
+    std::fprintf(stderr,
+                 "describe_cli: the build lists the subcommands {%s} but pgmutex has {%s}: "
+                 "update man_subcommands in tools/man/meson.build\n",
+                 joined(listed, ",").c_str(), joined(actual, ",").c_str());
     return 1;
   }
   if (!write_file(outdir + "/pgmutex.1", main_page(app))) return 1;
@@ -259,7 +260,8 @@ std::string value_arms(const std::vector<const CLI::Option*>& options) {
     if (!takes_value(*option)) continue;
     const std::string pattern = joined(names_of(*option), "|");
     if (const auto choices = choices_of(*option); !choices.empty())
-      arms += "        " + pattern + ") COMPREPLY=($(compgen -W '" + joined(choices, " ") + "' -- \"$cur\")); return 0 ;;\n";
+      arms += "        " + pattern + ") COMPREPLY=($(compgen -W '" + joined(choices, " ") +
+              "' -- \"$cur\")); return 0 ;;\n";
     else if (value_name(*option) == "PATH")
       arms += "        " + pattern + ") COMPREPLY=($(compgen -f -- \"$cur\")); return 0 ;;\n";
     else  // a name, a number, a DSN: nothing to offer, and not file names either
