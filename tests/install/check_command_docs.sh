@@ -39,6 +39,7 @@ render() {
   fi
 }
 
+version=$("$pgmutex" --version)
 pages=(pgmutex)
 for sub in $subcommands; do pages+=("pgmutex-$sub"); done
 for page in "${pages[@]}"; do
@@ -48,6 +49,7 @@ for page in "${pages[@]}"; do
   [ ! -s "$errors" ] || fail "$page(1) renders with warnings: $(cat "$errors")"
   # Strip overstrike (bold/underline) in case the renderer kept it.
   text=$(printf '%s\n' "$text" | sed -e 's/.\x08//g')
+  grep -qF -- "$version" <<<"$text" || fail "$page(1) does not carry '$version' (pgmutex --version)"
   help_args=(--help)
   [ "$page" = pgmutex ] || help_args=("${page#pgmutex-}" --help)
   help=$("$pgmutex" "${help_args[@]}")
@@ -59,7 +61,7 @@ for page in "${pages[@]}"; do
   for flag in $(printf '%s\n' "$help" | option_flags); do
     grep -qE -- "^ {7}(-[A-Za-z], )?$flag( |\$)" <<<"$text" || fail "$page(1) has no entry for $flag"
   done
-  echo "$page(1): installed, renders without warnings, names every flag of 'pgmutex ${help_args[*]}'"
+  echo "$page(1): installed, renders without warnings, is $version's, names every flag of 'pgmutex ${help_args[*]}'"
 done
 
 [ -f "$completion" ] || fail "$completion not installed"
