@@ -48,8 +48,8 @@ constexpr void call_guarded(M& sink, auto hook, Args&&... args) noexcept {
 }
 }  // namespace metrics_detail
 
-// For each hook: <Hook>Named (the type has a member of that name),
-// <Hook>Callable (it takes the documented arguments), the sub-concept
+// For each hook: `<Hook>Named` (the type has a member of that name),
+// `<Hook>Callable` (it takes the documented arguments), the sub-concept
 // MetricsHook_<hook> that the Metrics concept is made of, and call_<hook>(),
 // which calls the hook if present and swallows what it throws.
 #define PGMUTEX_METRICS_HOOK(hook, params, args)                                                 \

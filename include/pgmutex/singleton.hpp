@@ -1,5 +1,5 @@
 // singleton: wrap a function so that it runs only while this instance holds
-// the lock — the C++ form of the seed's @mutex.singleton decorator.
+// the lock — the C++ form of the seed's `@mutex.singleton` decorator.
 #pragma once
 
 #include <chrono>
