@@ -3,15 +3,20 @@
 that does not exist fails it), then checks what MkDocs 1.4 does not: that every
 link into a page's #anchor names a heading that is there, and that every
 relative link of README.md names a file of the repository.
-Usage: docs_site.py MKDOCS SOURCE_ROOT SITE_DIR"""
-import html, pathlib, re, subprocess, sys, urllib.parse
+The API reference (Doxygen's HTML, when built) is copied in as SITE_DIR/api/html.
+Usage: docs_site.py MKDOCS SOURCE_ROOT SITE_DIR [API_HTML_DIR]"""
+import html, pathlib, re, shutil, subprocess, sys, urllib.parse
 
 mkdocs, root, site = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+api_html = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 else None
 # cwd: the snippets extension includes BENCHMARKS.md relative to the source root.
 built = subprocess.run([mkdocs, "build", "--strict", "-f", str(root / "mkdocs.yml"), "-d", str(site)], cwd=root)
 if built.returncode != 0:
     print("mkdocs build --strict failed")
     sys.exit(1)
+
+if api_html is not None and (api_html / "index.html").exists():
+    shutil.copytree(api_html, site / "api" / "html", dirs_exist_ok=True)
 
 broken = []
 pages = {p: p.read_text() for p in site.rglob("*.html")}
