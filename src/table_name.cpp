@@ -4,17 +4,23 @@
 #include <array>
 #include <cstdint>
 
+#include "pgmutex/options.hpp"
+
 namespace pgmutex {
 namespace {
 
 constexpr std::size_t max_identifier_bytes = 63;  // Postgres NAMEDATALEN - 1
 
-bool plain_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+// As Postgres's lexer: a byte of a multi-byte character counts as a letter.
+bool plain_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || static_cast<unsigned char>(c) >= 0x80;
+}
 bool plain_rest(char c) { return plain_start(c) || (c >= '0' && c <= '9') || c == '$'; }
 
 constexpr std::string_view rule =
     "must be [schema.]table, each part an identifier as psql reads it: unquoted [A-Za-z_][A-Za-z0-9_$]* (folded to "
-    "lower case) or double-quoted (\"lock-table\", \"\" for a quote), at most 63 bytes";
+    "lower case; non-ASCII letters too) or double-quoted (\"lock-table\", \"\" for a quote), valid UTF-8, at most 63 "
+    "bytes";
 
 tl::unexpected<Error> refuse(std::string_view table, const std::string& why) {
   return fail(Errc::invalid_argument, "table '" + std::string(table) + "' " + why + ": it " + std::string(rule));
@@ -65,6 +71,7 @@ std::string hash8(std::string_view text) {
 }  // namespace
 
 Result<TableName> parse_table_name(std::string_view table) {
+  if (!utf8_length(table)) return refuse(table, "is not valid UTF-8");
   std::size_t at = 0;
   auto first = read_part(table, at);
   if (!first) return tl::unexpected(std::move(first.error()));

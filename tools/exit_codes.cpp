@@ -1,6 +1,7 @@
 #include "exit_codes.hpp"
 
 #include "failure_hints.hpp"
+#include "pgmutex/table_name.hpp"
 
 namespace pgmutex::cli {
 namespace {
@@ -14,6 +15,12 @@ std::string fix_for(const Error& error, const std::string& what, const Connectio
   if (error == Errc::schema_missing) {
     if (has_state(error, "3D000"))
       return "the database named by the connection does not exist: create it (createdb) or fix the DSN";
+    if (has_state(error, "3F000")) {
+      const auto name = parse_table_name(connection.table);
+      const std::string schema = name ? sql_identifier(name->schema) : "SCHEMA";
+      return "the schema " + schema + " does not exist: as a role that may, run CREATE SCHEMA " + schema +
+             ", then: " + schema_command(connection);
+    }
     return "the lock table " + connection.table + " is missing or lacks a column (made by the seed's package or an "
            "older pgmutex?): create or upgrade it with: " + schema_command(connection);
   }
@@ -56,9 +63,20 @@ int exit_code_for(const Error& error) noexcept {
   return exit_code::internal;
 }
 
+// The library's own advice is in C++ terms (" (... call create_schema() ...)"
+// at the end): where the command gives its own fix, only the server's words stay.
+static std::string without_library_advice(std::string message) {
+  if (message.ends_with(")"))
+    if (const auto advice = message.rfind(" ("); advice != std::string::npos &&
+                                                 message.find("create_schema()", advice) != std::string::npos)
+      message.resize(advice);
+  return message;
+}
+
 void exit_with(const Error& error, const std::string& what, const ConnectionArgs& connection) {
   const std::string fix = fix_for(error, what, connection);
-  throw Exit(exit_code_for(error), what + ": " + error.message() + (fix.empty() ? "" : " - " + fix));
+  const std::string message = fix.empty() ? error.message() : without_library_advice(error.message());
+  throw Exit(exit_code_for(error), what + ": " + message + (fix.empty() ? "" : " - " + fix));
 }
 
 }  // namespace pgmutex::cli

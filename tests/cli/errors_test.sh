@@ -21,6 +21,10 @@ expect 64 "port=70000: usage error" pgm schema --dsn "port=70000"
 PGSSLMODE=bogus expect 64 "PGSSLMODE=bogus: usage error" pgm status
 expect 64 "connect_timeout=soon: usage error" pgm status --dsn "connect_timeout=soon"
 expect 64 "two ports for one host: usage error" pgm status --dsn "port=$PGPORT,$PGPORT"
+# libpq quotes the string it could not read: the user's, never one with our timeouts appended.
+expect 64 "a URI libpq cannot read: usage error" pgm schema --dsn "postgresql://[::1"
+contains "$ERR" '"postgresql://[::1"' "libpq's message quotes the DSN as written"
+lacks "$ERR" "connect_timeout" "and no parameter the user did not write"
 contains "$ERR" "give one port, or one per host" "says how ports match hosts"
 expect 0 "a port per host passes" pgm schema --dsn "host=$PGHOST,$PGHOST port=$PGPORT,$PGPORT"
 
@@ -62,9 +66,14 @@ expect 0 "schema" pgm schema
 role="cli_nopriv_$$"
 psql_admin "CREATE ROLE $role LOGIN"
 expect 77 "status without SELECT: 77" pgm status --dsn "user=$role"
-contains "$ERR" "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role" \
-  "gives the GRANTs for this table and role"
+# status only reads: a monitoring role needs SELECT alone, and is told so.
+contains "$ERR" "run: GRANT SELECT ON $TABLE TO $role (holding locks needs INSERT, UPDATE, DELETE too" \
+  "status names the one GRANT a reader needs"
+psql_admin "$(grep -o "GRANT SELECT ON $TABLE TO $role" "$ERR")"
+expect 0 "that GRANT alone is enough for status" pgm status --dsn "user=$role"
 expect 77 "run without privileges: 77" pgm run --lock g --dsn "user=$role" -- true
+contains "$ERR" "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role" \
+  "run gives the GRANTs a holder needs, for this table and role"
 grants=$(grep -o "GRANT SELECT.*_fence_seq TO $role" "$ERR")
 psql_admin "$grants"
 expect 0 "the GRANTs from the message are enough to run" pgm run --lock g --dsn "user=$role" -- true
@@ -76,6 +85,65 @@ contains "$ERR" "authentication failed" "says authentication failed"
 lacks "$ERR" "attempts" "a refused login is not retried"
 expect 77 "no password given: 77" pgm status --dsn "host=$tcp port=$PGPORT dbname=$PGDATABASE user=$PGMUTEX_TEST_PASSWORD_ROLE"
 contains "$ERR" "none was given" "says no password was given"
+psql_admin "DROP OWNED BY $role; DROP ROLE $role"
+
+# --- table names, as psql reads them ------------------------------------------------
+psql_value() { psql -X -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+# 63 bytes, the longest identifier: its derived names fit, with a hash.
+long63="t$$_$(printf 'n%.0s' {1..100})"
+long63=${long63:0:63}
+expect 0 "schema with a 63-byte table name" "$PGMUTEX" schema --table "$long63"
+expect 0 "run on it" "$PGMUTEX" run --table "$long63" --lock a -- true
+# Two 62-byte names with a common 61-byte prefix: each its own constraint and sequence.
+prefix="${long63:0:61}"
+expect 0 "schema: a 62-byte name" "$PGMUTEX" schema --table "${prefix}_a"
+expect 0 "schema: another with the same 61 first bytes" "$PGMUTEX" schema --table "${prefix}_b"
+equal "$(psql_value "SELECT count(DISTINCT conname) FROM pg_constraint WHERE conrelid IN ('${prefix}_a'::regclass, '${prefix}_b'::regclass) AND contype = 'u'")" \
+  "2" "two long names, two unique constraints"
+# 58 bytes: the GRANT hint names the sequence that exists.
+long58=${long63:0:58}
+expect 0 "schema with a 58-byte table name" "$PGMUTEX" schema --table "$long58"
+role="cli_long_$$"
+psql_admin "CREATE ROLE $role LOGIN"
+expect 77 "a role without privileges on the 58-byte table: 77" "$PGMUTEX" run --table "$long58" --dsn "user=$role" --lock a -- true
+sequence=$(grep -o "GRANT USAGE ON SEQUENCE [^ ]* TO" "$ERR" | awk '{print $5}')
+[[ -n "$sequence" && "$(psql_value "SELECT to_regclass('$sequence') IS NOT NULL")" == "t" ]] &&
+  pass "the hint names a sequence that exists ($sequence)" || fail "hint sequence '$sequence' does not exist: $(cat "$ERR")"
+psql_admin "$(grep -o "GRANT SELECT.* TO $role" "$ERR")"
+expect 0 "the hint's GRANTs are enough" "$PGMUTEX" run --table "$long58" --dsn "user=$role" --lock a -- true
+psql_admin "DROP OWNED BY $role; DROP ROLE $role"
+# A lock table a DBA made (with the seed's DDL) under a name with a dash, used quoted as in psql.
+psql_admin "CREATE TABLE \"lock-table-$$\" (lock_name VARCHAR(64) NOT NULL, locked INT NOT NULL DEFAULT 1,
+  instance_id VARCHAR(64) NOT NULL, last_heartbeat TIMESTAMPTZ NOT NULL, acquired_at TIMESTAMPTZ NOT NULL,
+  CONSTRAINT \"uq_lock-table-$$\" UNIQUE (locked, lock_name), CONSTRAINT chk_locked CHECK (locked = 1))"
+expect 0 "schema on an existing table named with a dash" "$PGMUTEX" schema --table "\"lock-table-$$\""
+expect 0 "run on it" "$PGMUTEX" run --table "\"lock-table-$$\"" --lock a -- true
+# Unquoted names fold to lower case, as in psql: one table, one lock.
+psql_admin "CREATE SCHEMA cli_fold_$$"
+expect 0 "schema: Cli_Fold.Jobs" "$PGMUTEX" schema --table "Cli_Fold_$$.Jobs"
+"$PGMUTEX" run --table "Cli_Fold_$$.Jobs" --lock folded -- sh -c 'echo x >"$0"; sleep 30' "$WORK/folded" >/dev/null 2>&1 &
+background_pids+=("$!")
+wait_for_file "$WORK/folded"
+expect 75 "cli_fold.jobs is the same table: the lock is taken" "$PGMUTEX" run --table "cli_fold_$$.jobs" --lock folded -- true
+equal "$(psql_value "SELECT count(*) FROM cli_fold_$$.jobs")" "1" "the row is in cli_fold.jobs"
+expect 64 "a quoted name left open: usage error" "$PGMUTEX" status --table '"open'
+contains "$ERR" "unterminated quoted identifier" "says what is wrong"
+
+# --- hints that name the real cause ---------------------------------------------------
+# A schema that does not exist: 78, with the CREATE SCHEMA that fixes it.
+expect 78 "schema in a schema that does not exist: 78" "$PGMUTEX" schema --table "No_Such_$$.Jobs"
+contains "$ERR" "CREATE SCHEMA no_such_$$, then: pgmutex schema --table 'No_Such_$$.Jobs'" "names CREATE SCHEMA, then the command"
+# A missing table: the command's advice, not the library's as well.
+expect 78 "status on a missing table: 78" "$PGMUTEX" status --table "missing_$$"
+lacks "$ERR" "create_schema()" "the command's message gives no library advice"
+contains "$ERR" "pgmutex schema --table 'missing_$$'" "... but the command to run"
+# A primary whose role makes every transaction read-only is not a standby.
+role="cli_ro_$$"
+psql_admin "CREATE ROLE $role LOGIN; ALTER ROLE $role SET default_transaction_read_only = on;
+  GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role"
+expect 76 "a read-only role: 76" pgm run --lock ro --dsn "user=$role" -- true
+contains "$ERR" "default_transaction_read_only is on for role $role" "says the role's setting, not a standby"
+lacks "$ERR" "standby" "never calls a primary a standby"
 psql_admin "DROP OWNED BY $role; DROP ROLE $role"
 
 finish

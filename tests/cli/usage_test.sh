@@ -34,7 +34,7 @@ usage "lock name over 64 characters (status)" "at most 64 characters, got 65" st
 usage "lock name over 64 characters (release)" "at most 64 characters, got 65" release --force "$long_name"
 usage "empty lock name" "must not be empty" run --lock "" -- true
 usage "lock name not UTF-8" "valid UTF-8" run --lock $'\xff\xfe' -- true
-usage "table name not an identifier" "must be an identifier" status --table 'x; drop table y'
+usage "table name not an identifier" "each part an identifier as psql reads it" status --table 'x; drop table y'
 usage "release without --force" "--force" release job
 usage "release without a name" "name" release --force
 usage "no subcommand" "subcommand" 

@@ -1,5 +1,6 @@
 // Options validation and errors. Includes its headers first: they are self-contained.
 #include "pgmutex/options.hpp"
+#include "pgmutex/table_name.hpp"
 #include "pgmutex/error.hpp"
 
 #include <catch2/catch.hpp>
@@ -92,22 +93,62 @@ TEST_CASE("the safety margin leaves the holder time for a heartbeat", "[options]
   CHECK(tight->lease() > tight->heartbeat_interval);
 }
 
-TEST_CASE("table must be an identifier, never SQL", "[options]") {
-  for (const char* good : {"mutex_lock", "locks2", "_x", "app.mutex_lock"}) {
+TEST_CASE("table follows psql's identifier rules, never SQL", "[options][table]") {
+  for (const char* good : {"mutex_lock", "locks2", "_x", "app.mutex_lock", "\"lock-table\"", "Locks.Jobs", "x$1",
+                           "\"a\"\"b\"", "\"Locks\".\"Jobs\"", "m\xC3\xA9"}) {
     auto o = valid();
     o.table = good;
+    CAPTURE(good);
     CHECK(validate(o));
   }
-  for (const char* bad : {"", "1abc", "mutex lock", "x;DROP TABLE users", "a\"b", "a.b.c", ".x", "x.",
-                          "m\xC3\xA9"}) {
+  for (const char* bad : {"", "1abc", "mutex lock", "x;DROP TABLE users", "a\"b", "a.b.c", ".x", "x.", "\"\"",
+                          "\"open", "m\xC3", "$x"}) {
     auto o = valid();
     o.table = bad;
     CAPTURE(bad);
-    CHECK_THAT(rejection(o), Catch::Contains("must be an identifier"));
+    CHECK_THAT(rejection(o), Catch::Contains("each part an identifier as psql reads it"));
   }
   auto o = valid();
   o.table = std::string(64, 't');
-  CHECK_THAT(rejection(o), Catch::Contains("at most 63 bytes"));
+  CHECK_THAT(rejection(o), Catch::Contains("a part of 64 bytes, which Postgres would cut short"));
+  o.table = "\"" + std::string(63, 'T') + "\"";
+  CHECK(validate(o));
+}
+
+TEST_CASE("a table name reads as psql reads it: unquoted parts fold to lower case", "[options][table]") {
+  const auto read = [](std::string_view text) { return pgmutex::parse_table_name(text).value(); };
+  CHECK(read("Locks.Jobs").schema == "locks");
+  CHECK(read("Locks.Jobs").name == "jobs");
+  CHECK(read("\"Locks\".Jobs").schema == "Locks");
+  CHECK(read("\"lock-table\"").name == "lock-table");
+  CHECK(read("\"a\"\"b\"").name == "a\"b");
+  CHECK(read("mutex_lock").schema.empty());
+  // Printed as a user types it: bare when psql reads it back unchanged.
+  CHECK(pgmutex::sql_name(read("Locks.Jobs")) == "locks.jobs");
+  CHECK(pgmutex::sql_name(read("\"Locks\".\"lock-table\"")) == "\"Locks\".\"lock-table\"");
+}
+
+TEST_CASE("derived names fit in 63 bytes and never collide", "[options][table]") {
+  using pgmutex::TableName;
+  // Up to 53 bytes: the names every table always had.
+  CHECK(pgmutex::fence_sequence_of(TableName{"app", "mutex_lock"}).name == "mutex_lock_fence_seq");
+  CHECK(pgmutex::fence_sequence_of(TableName{"app", "mutex_lock"}).schema == "app");
+  CHECK(pgmutex::unique_constraint_of(TableName{"", "mutex_lock"}) == "uq_mutex_lock");
+  CHECK(pgmutex::fence_sequence_of(TableName{"", std::string(53, 'a')}).name == std::string(53, 'a') + "_fence_seq");
+  // Longer: cut, with a hash of the whole name, so two with a common prefix differ.
+  const std::string a = std::string(61, 'x') + "_a", b = std::string(61, 'x') + "_b";
+  for (const auto& name : {a, b, std::string(58, 'y'), std::string(63, 'z')}) {
+    CAPTURE(name);
+    CHECK(pgmutex::fence_sequence_of(TableName{"", name}).name.size() <= 63);
+    CHECK(pgmutex::unique_constraint_of(TableName{"", name}).size() <= 63);
+    CHECK_THAT(pgmutex::fence_sequence_of(TableName{"", name}).name, Catch::EndsWith("_fence_seq"));
+  }
+  CHECK(pgmutex::fence_sequence_of(TableName{"", a}).name != pgmutex::fence_sequence_of(TableName{"", b}).name);
+  CHECK(pgmutex::unique_constraint_of(TableName{"", a}) != pgmutex::unique_constraint_of(TableName{"", b}));
+  // Never cut inside a character.
+  std::string wide(41, 'w');
+  for (int i = 0; i < 8; ++i) wide += "\xC3\xA9";  // the cut falls inside the second é
+  CHECK(pgmutex::utf8_length(pgmutex::fence_sequence_of(TableName{"", wide}).name));
 }
 
 TEST_CASE("errors map to exception types that derive from std::system_error", "[options][errors]") {

@@ -16,24 +16,45 @@ namespace pgmutex {
 
 using namespace postgres_detail;
 
-namespace {
+namespace postgres_detail {
 
 // A refusal (42501) of a statement on `table`: the GRANTs that fix it, for the
-// role the connection logged in as.
-void name_the_grants(StatementFailure& failure, std::string_view table, const std::string& role) {
+// role the connection logged in as. A read needs SELECT alone (a monitoring
+// role); holding locks needs the rest.
+void name_the_grants(StatementFailure& failure, std::string_view table, const std::string& role, Effect effect) {
   if (failure.kind != StatementFailure::Kind::server || failure.sqlstate != "42501" || !failure.hint.empty() ||
       table.empty())
     return;
   const std::string r = role.empty() ? "ROLE" : sql_identifier(role);
+  if (effect == Effect::read) {
+    failure.hint = "role " + r + " needs SELECT on the lock table " + sql_table(table) +
+                   " to read it; as its owner, run: GRANT SELECT ON " + sql_table(table) + " TO " + r +
+                   " (holding locks needs INSERT, UPDATE, DELETE too, and USAGE on the sequence " +
+                   sql_fence_sequence(table) + ")";
+    return;
+  }
   failure.hint = "role " + r + " needs SELECT, INSERT, UPDATE, DELETE on the lock table " + sql_table(table) +
                  " and USAGE on its sequence " + sql_fence_sequence(table) + "; as their owner, run: GRANT SELECT, "
                  "INSERT, UPDATE, DELETE ON " + sql_table(table) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
                  sql_fence_sequence(table) + " TO " + r;
 }
 
-}  // namespace
-
-namespace postgres_detail {
+// A write refused as read-only (25006): a standby, or a primary whose role
+// or database makes every transaction read-only. Asked of the server itself.
+void name_the_read_only_cause(StatementFailure& failure, Session& session, const Bound& bound) {
+  if (failure.kind != StatementFailure::Kind::server || failure.sqlstate != "25006" || !failure.hint.empty()) return;
+  auto rows = session.run_text("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')", {}, bound);
+  if (!rows || rows->empty()) return;
+  if (rows->text(0, 0) == "t") {
+    failure.hint = "the server is a read-only standby: connect to the primary, e.g. add target_session_attrs=read-write "
+                   "to the DSN";
+    return;
+  }
+  if (rows->text(0, 1) == "on")
+    failure.hint = "the server is a primary, but default_transaction_read_only is on for role " +
+                   sql_identifier(session.user()) + " or this database: as an administrator, run ALTER ROLE " +
+                   sql_identifier(session.user()) + " SET default_transaction_read_only = off (or ALTER DATABASE)";
+}
 
 std::string lock_context(LockRef lock) { return "lock '" + std::string(lock.lock_name) + "'"; }
 
@@ -88,14 +109,12 @@ std::chrono::nanoseconds PostgresBackend::Impl::bound_of(std::chrono::nanosecond
   return timeout > std::chrono::nanoseconds::zero() ? timeout : options.default_timeout;
 }
 
-Result<void> PostgresBackend::Impl::try_once(std::string_view what, const Bound& bound, std::string_view table,
-                                             const Attempt& attempt) {
+Result<void> PostgresBackend::Impl::try_once(std::string_view what, const Bound& bound, const Attempt& attempt) {
   if (pool) {
     auto session = PooledSession::borrow(*pool, secrets, options.statement_mode == StatementMode::unnamed);
     if (!session) return tl::unexpected(std::move(session.error()));
-    StatementFailure* failure = attempt(**session, bound);
+    (void)attempt(**session, bound);  // its failure stays in the caller's outcome
     last_session = (*session)->server_pid() << 1 | 1;  // odd: a pid, never a count
-    if (failure != nullptr) name_the_grants(*failure, table, (*session)->user());
     return {};
   }
   if (core) {
@@ -105,7 +124,7 @@ Result<void> PostgresBackend::Impl::try_once(std::string_view what, const Bound&
     std::optional<Error> refused;
     const bool ran = core->call(
         [&](OwnSession& shared) {
-          if (auto r = try_own(shared, bound, attempt, table); !r) refused = std::move(r.error());
+          if (auto r = try_own(shared, bound, attempt); !r) refused = std::move(r.error());
         },
         bound.deadline);
     if (!ran)
@@ -114,18 +133,16 @@ Result<void> PostgresBackend::Impl::try_once(std::string_view what, const Bound&
     if (refused) return tl::unexpected(std::move(*refused));
     return {};
   }
-  return try_own(*own, bound, attempt, table);
+  return try_own(*own, bound, attempt);
 }
 
-Result<void> PostgresBackend::Impl::try_own(OwnSession& session, const Bound& bound, const Attempt& attempt,
-                                            std::string_view table) {
+Result<void> PostgresBackend::Impl::try_own(OwnSession& session, const Bound& bound, const Attempt& attempt) {
   if (auto connected = session.ensure_connected(bound.deadline); !connected)
     return tl::unexpected(std::move(connected.error()));
   unnamed_in_use = session.unnamed();
   StatementFailure* failure = attempt(session, bound);
   last_session = session.connects() << 1;
   last_history = session.history().history();
-  if (failure != nullptr) name_the_grants(*failure, table, session.user());
   if (failure != nullptr && connection_gone(*failure)) session.drop();
   return {};
 }

@@ -37,6 +37,11 @@ tl::unexpected<Error> moved_from();
 // Stored with each grant, unless the request names one.
 std::string this_host();
 
+// What a failed statement's hint should say (backend_connection.cpp): the
+// GRANTs a refusal needs, and why a write was refused as read-only.
+void name_the_grants(StatementFailure& failure, std::string_view table, const std::string& role, Effect effect);
+void name_the_read_only_cause(StatementFailure& failure, Session& session, const Bound& bound);
+
 // One try of an operation's statements on `session`: the failure, if it
 // failed (it stays in the caller's outcome), else nullptr.
 using Attempt = std::function<StatementFailure*(Session& session, const Bound& bound)>;
@@ -93,17 +98,21 @@ struct PostgresBackend::Impl {
   // idempotent write, or a write that surely did not run) and time is left;
   // otherwise a write's outcome is reported unknown, and the caller resolves
   // it by reading the row back.
-  // A refusal (42501) of a statement on `table` names the GRANTs that fix it.
+  // A refusal (42501) of a statement on `table` names the GRANTs that fix it;
+  // a write refused as read-only (25006) says whether a standby or a setting did.
   template <class T, class Body>
   Result<T> run(std::string_view what, Effect effect, const Bound& bound, Body&& body,
                 std::string_view table = {}) noexcept {
     try {
       for (int attempt = 0;; ++attempt) {
         Outcome<T> outcome = tl::unexpected(postgres_detail::StatementFailure{});
-        auto tried = try_once(what, bound, table,
+        auto tried = try_once(what, bound,
                               [&](Session& session, const Bound& b) -> postgres_detail::StatementFailure* {
                                 outcome = body(session, b);
-                                return outcome ? nullptr : &outcome.error();
+                                if (outcome) return nullptr;
+                                postgres_detail::name_the_grants(outcome.error(), table, session.user(), effect);
+                                postgres_detail::name_the_read_only_cause(outcome.error(), session, b);
+                                return &outcome.error();
                               });
         if (!tried) return tl::unexpected(std::move(tried.error()));
         if (outcome) {
@@ -144,11 +153,10 @@ struct PostgresBackend::Impl {
  private:
   // One try of an operation on the connection this backend uses. An error:
   // no connection could be had (the attempt did not run).
-  Result<void> try_once(std::string_view what, const Bound& bound, std::string_view table,
-                        const postgres_detail::Attempt& attempt);
+  Result<void> try_once(std::string_view what, const Bound& bound, const postgres_detail::Attempt& attempt);
   // One try on our own (or the session's) connection.
   Result<void> try_own(postgres_detail::OwnSession& session, const Bound& bound,
-                       const postgres_detail::Attempt& attempt, std::string_view table);
+                       const postgres_detail::Attempt& attempt);
 };
 
 }  // namespace pgmutex

@@ -28,8 +28,7 @@ tl::unexpected<Error> no_row_for(const HolderKey& key) {
 // GRANT that fixes it. Asks the server which schema the table goes to and
 // whether the role may create in it; empty if that cannot be told.
 std::string missing_create_privilege(Session& session, std::string_view table, const Bound& bound) {
-  const auto dot = table.find('.');
-  const std::string given = dot == std::string_view::npos ? std::string() : std::string(table.substr(0, dot));
+  const std::string given = parse_table_name(table).value().schema;  // validated: parses
   auto rows = session.run_text(
       "SELECT s, has_schema_privilege(s, 'CREATE') FROM"
       " (SELECT coalesce(nullif($1::text, ''), current_schema(), 'public') AS s) AS x",

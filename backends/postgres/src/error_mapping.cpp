@@ -92,8 +92,19 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
   if (state.starts_with("28"))
     return Error(Errc::permission_denied, describe(cause + " (authentication failed: check the user and password)"));
   if (state == "25006")
-    return Error(Errc::backend_error, describe(cause + " (the server is a read-only standby: connect to the primary, "
-                                                       "e.g. add target_session_attrs=read-write to the DSN)"));
+    return Error(Errc::backend_error,
+                 describe(cause + " (" +
+                          (failure.hint.empty() ? std::string("the transaction is read-only: a standby (connect to the "
+                                                              "primary, e.g. target_session_attrs=read-write), or "
+                                                              "default_transaction_read_only = on for the role or "
+                                                              "database")
+                                                : failure.hint) +
+                          ")"));
+  // The schema named in the table's name does not exist (3F000).
+  if (state == "3F000")
+    return Error(Errc::schema_missing,
+                 describe(cause + " (the lock table's schema does not exist: create it with CREATE SCHEMA as a role "
+                                  "that may, then call create_schema())"));
   // Serialization, deadlock, lock_timeout (55P03), statement_timeout or cancel (57014): try again later.
   if (state == "40001" || state == "40P01" || state == "55P03" || state == "57014")
     return Error(Errc::backend_unavailable, describe(cause));

@@ -68,13 +68,21 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
   drop();
   // A DSN libpq cannot parse is the caller's mistake, not an outage: say so
   // at once instead of retrying. libpq's message names the bad part.
-  char* parse_error = nullptr;
-  if (PQconninfoOption* parsed = PQconninfoParse(conninfo_.c_str(), &parse_error)) {
-    PQconninfoFree(parsed);
-  } else {
+  // Its message may quote the string it read: the one the user wrote (masked),
+  // never ours with the timeouts appended.
+  const auto parse_failure = [](const std::string& conninfo) -> std::optional<std::string> {
+    char* parse_error = nullptr;
+    if (PQconninfoOption* parsed = PQconninfoParse(conninfo.c_str(), &parse_error)) {
+      PQconninfoFree(parsed);
+      return std::nullopt;
+    }
     std::string cause = parse_error != nullptr ? trimmed(parse_error) : "out of memory";
     if (parse_error != nullptr) PQfreemem(parse_error);
-    return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(cause, secrets_));
+    return cause;
+  };
+  if (auto cause = parse_failure(conninfo_)) {
+    if (auto as_written = parse_failure(redacted_)) cause = std::move(as_written);
+    return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(*cause, secrets_));
   }
   if (auto refused = conninfo_value_error(conninfo_))
     return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(*refused, secrets_));
