@@ -21,11 +21,11 @@ expect 64 "port=70000: usage error" pgm schema --dsn "port=70000"
 PGSSLMODE=bogus expect 64 "PGSSLMODE=bogus: usage error" pgm status
 expect 64 "connect_timeout=soon: usage error" pgm status --dsn "connect_timeout=soon"
 expect 64 "two ports for one host: usage error" pgm status --dsn "port=$PGPORT,$PGPORT"
+contains "$ERR" "give one port, or one per host" "says how ports match hosts"
 # libpq quotes the string it could not read: the user's, never one with our timeouts appended.
 expect 64 "a URI libpq cannot read: usage error" pgm schema --dsn "postgresql://[::1"
 contains "$ERR" '"postgresql://[::1"' "libpq's message quotes the DSN as written"
 lacks "$ERR" "connect_timeout" "and no parameter the user did not write"
-contains "$ERR" "give one port, or one per host" "says how ports match hosts"
 expect 0 "a port per host passes" pgm schema --dsn "host=$PGHOST,$PGHOST port=$PGPORT,$PGPORT"
 
 # --- 69: unreachable, and no lost connection to speak of -----------------------
