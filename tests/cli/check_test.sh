@@ -9,7 +9,7 @@ expect 0 "schema" pgm schema
 expect 0 "free: OK" pgm status --check job
 equal "$(cat "$OUT")" "PGMUTEX OK - lock 'job' is free" "free: the line"
 
-"$PGMUTEX" run --table "$TABLE" --lock job --heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 3 -- \
+"$PGMUTEX" run --table "$TABLE" --lock job --heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 6 -- \
   sh -c 'echo "$PGMUTEX_FENCE $$" >"$0.tmp" && mv "$0.tmp" "$0"; sleep 30' "$WORK/job" >/dev/null 2>&1 &
 holder=$!
 background_pids+=($holder)
@@ -23,20 +23,21 @@ equal "$(line_count "$OUT")" "1" "one line"
 
 # The holder stops without a word: its heartbeats stop, its row stays.
 kill -KILL "$holder"
+killed=$(now_ms)
 kill -KILL -- "-$shell" 2>/dev/null
 sleep 1.2
 expect 1 "past the alert threshold: WARNING" pgm status --check job --alert-threshold 1 --stale-threshold 60
 matches "$OUT" "^PGMUTEX WARNING - lock 'job' held by .*past the alert threshold \(1\.0 s\)$" "WARNING: the line"
-# Past our stale threshold but not the 3 s the holder stored: an acquire with
+# Past our stale threshold but not the 6 s the holder stored: an acquire with
 # these flags would not reclaim it yet, so neither does the check.
 expect 1 "past our stale threshold, not the holder's: WARNING" pgm status --check job --alert-threshold 0.5 --stale-threshold 1
 matches "$OUT" "^PGMUTEX WARNING - lock 'job' held by .*past the alert threshold \(0\.5 s\)$" "WARNING, not CRITICAL: the line"
-sleep 2.1
+sleep_past "$killed" 6.3
 # Past the holder's own threshold but not ours: its lease is over, its row left over.
 expect 2 "past the holder's stale threshold, not ours: CRITICAL (expired)" pgm status --check job --alert-threshold 1 --stale-threshold 60
-matches "$OUT" "^PGMUTEX CRITICAL - lock 'job' held by .*past its holder's own stale threshold \(3\.0 s\): the holder's lease is over" "CRITICAL (expired): the line"
+matches "$OUT" "^PGMUTEX CRITICAL - lock 'job' held by .*past its holder's own stale threshold \(6\.0 s\): the holder's lease is over" "CRITICAL (expired): the line"
 expect 2 "past both stale thresholds: CRITICAL" pgm status --check job --alert-threshold 0.5 --stale-threshold 1
-matches "$OUT" "^PGMUTEX CRITICAL - lock 'job' held by .*past the stale threshold \(3\.0 s\): the holder is presumed dead" "CRITICAL: the line names the larger threshold, the one a reclaim waits for"
+matches "$OUT" "^PGMUTEX CRITICAL - lock 'job' held by .*past the stale threshold \(6\.0 s\): the holder is presumed dead" "CRITICAL: the line names the larger threshold, the one a reclaim waits for"
 expect 0 "plain status still exits 0 for a stale lock" pgm status job --alert-threshold 0.5 --stale-threshold 1
 
 expect 3 "unreachable: UNKNOWN" pgm status --check job --dsn "host=127.0.0.1 port=1 connect_timeout=2"

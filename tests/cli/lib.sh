@@ -109,6 +109,13 @@ wait_exit() {
 }
 
 now_ms() { date +%s%3N; }
+# sleep_past START_MS SECONDS: sleeps until SECONDS have passed since START_MS
+# (a check that needs an age past a threshold, whatever the checks before it took).
+sleep_past() {
+  local left=$(( $1 + $(awk "BEGIN{print int($2 * 1000)}") - $(now_ms) ))
+  ((left > 0)) && sleep "$(awk "BEGIN{print $left / 1000}")"
+  return 0
+}
 
 finish() {
   if ((failures > 0)); then

@@ -21,6 +21,10 @@ start_holder lost-term 10 "trap 'echo got-TERM; exit 0' TERM; echo \"\$PGMUTEX_I
 read -r instance fence <"$WORK/ready"
 expect 0 "release --force a held lock" pgm release --force lost-term
 contains "$OUT" "released lock 'lost-term' held by $instance (fence $fence" "release --force says whose it was"
+# The page's example line has the shape of the real one (docs/command/release.md).
+shape() { sed -E 's/[0-9]+(\.[0-9]+)?/N/g; s/lock '"'"'[^'"'"']*'"'"'/lock L/; s/by [^ ]+ \(/by I (/; s/ on [^:]+: .*\)$/ on H: C)/' "$@"; }
+documented=$(grep -m1 "^released lock '" "$(dirname "$0")/../../docs/command/release.md")
+equal "$(shape <"$OUT")" "$(echo "$documented" | shape)" "release --force prints what docs/command/release.md shows"
 start=$(now_ms)
 wait_exit "$holder" 10; equal "$EXIT" "70" "lease lost: exit 70"
 elapsed=$(($(now_ms) - start))

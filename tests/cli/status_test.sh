@@ -22,7 +22,7 @@ start_holder() {  # LOCK STALE_THRESHOLD: writes "instance fence pid" to $WORK/L
 }
 start_holder alive 60
 alive_pgmutex=${background_pids[-1]}
-start_holder doomed 2
+start_holder doomed 6
 doomed_pgmutex=${background_pids[-1]}
 read -r alive_instance alive_fence _ <"$WORK/alive"
 read -r doomed_instance doomed_fence doomed_shell <"$WORK/doomed"
@@ -39,6 +39,11 @@ equal "$(jq -r '.locks[] | select(.lock=="alive") | "\(.instance) \(.fence) \(.s
   "$alive_instance $alive_fence ok" "json: instance, fence, state"
 equal "$(jq -r '.locks[] | select(.lock=="alive") | "\(.host) \(.pid) \(.command | startswith("sh -c "))"' "$OUT")" \
   "$(hostname) $alive_pgmutex true" "json: the holder's host, pid and command"
+# The page's example has the real output's keys, in the real order (docs/command/status.md).
+documented=$(awk '/^\$ pgmutex status nightly-report --json$/{on=1; next} on && /^\$ /{exit} on' \
+  "$(dirname "$0")/../../docs/command/status.md")
+keys='[keys_unsorted, (.locks[0] | keys_unsorted)]'
+equal "$(echo "$documented" | jq -c "$keys")" "$(jq -c "$keys" "$OUT")" "status --json has the keys docs/command/status.md shows, in its order"
 jq -e '.locks[0].acquired_at | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$")' "$OUT" >/dev/null &&
   pass "json: acquired_at is ISO 8601 UTC" || fail "json acquired_at: $(jq -r '.locks[0].acquired_at' "$OUT")"
 jq -e '.locks[0].seconds_since_heartbeat | type == "number" and . >= 0 and . < 5' "$OUT" >/dev/null &&
@@ -46,6 +51,7 @@ jq -e '.locks[0].seconds_since_heartbeat | type == "number" and . >= 0 and . < 5
 
 # The doomed holder dies without a word: its heartbeats stop.
 kill -KILL "$doomed_pgmutex"
+killed=$(now_ms)
 kill -KILL -- "-$doomed_shell" 2>/dev/null
 sleep 1.5
 expect 0 "status: alert" pgm status --alert-threshold 1 --stale-threshold 60
@@ -55,10 +61,10 @@ expect 0 "status --json: alert" pgm status doomed --json --alert-threshold 1 --s
 equal "$(jq -r '.locks[0].state' "$OUT")" "alert" "json: alert"
 jq -e '.locks[0].seconds_since_heartbeat >= 1' "$OUT" >/dev/null && pass "json: age past the alert threshold" ||
   fail "json age: $(cat "$OUT")"
-# By the rule a reclaim uses: the 2 s the holder stored counts as well as ours.
+# By the rule a reclaim uses: the 6 s the holder stored counts as well as ours.
 expect 0 "status: our stale threshold passed, the holder's not" pgm status doomed --alert-threshold 0.5 --stale-threshold 1
 matches "$OUT" "^doomed .* alert .*$" "text: alert, not stale, before the holder's own threshold"
-sleep 0.7
+sleep_past "$killed" 6.3
 expect 0 "status: expired" pgm status --alert-threshold 1 --stale-threshold 60
 matches "$OUT" "^doomed .* expired .*$" "text: past the holder's threshold, not ours: expired"
 matches "$OUT" "^alive .* ok .*$" "text: the live holder is still ok"
