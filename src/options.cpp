@@ -169,4 +169,28 @@ Result<ValidOptions> validate(Options o, BackendTraits backend) {
   return filled_in(std::move(o));
 }
 
+namespace detail {
+
+Result<Options> options_for_lock(const ValidOptions& options, std::string_view lock_name) {
+  if (auto valid = validate_lock_name(lock_name); !valid) {
+    // The name as given, cut short and with control bytes shown as '?', so the message stays one readable line.
+    std::string shown;
+    for (char c : lock_name.substr(0, 80)) shown += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+    if (lock_name.size() > 80) shown += "...";
+    return fail(Errc::invalid_argument, "singleton lock name \"" + shown + "\" refused: " + valid.error().detail);
+  }
+  Options other;
+  other.lock_name = std::string(lock_name);
+  other.instance_id = options.instance_id;
+  other.table = options.table;
+  other.heartbeat_interval = options.heartbeat_interval;
+  other.alert_threshold = options.alert_threshold;
+  other.stale_threshold = options.stale_threshold;
+  other.poll_interval = options.poll_interval;
+  other.safety_margin = options.safety_margin;
+  other.heartbeat_timeout = options.heartbeat_timeout;
+  return other;
+}
+
+}  // namespace detail
 }  // namespace pgmutex

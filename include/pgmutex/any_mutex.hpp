@@ -24,6 +24,7 @@
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/detail/lockable.hpp"
 #include "pgmutex/error.hpp"
+#include "pgmutex/singleton.hpp"
 
 namespace pgmutex {
 
@@ -44,6 +45,10 @@ class AnyMutexInterface {
   virtual Result<void> release() = 0;
   virtual Result<void> heartbeat() = 0;
   virtual Result<std::optional<LockRow>> inspect() = 0;
+  // Another object on the same mutex (a singleton wrapper's), and a new
+  // mutex under another lock name on a shared backend (see BasicMutex::singleton).
+  [[nodiscard]] virtual std::unique_ptr<AnyMutexInterface> share() = 0;
+  virtual Result<std::unique_ptr<AnyMutexInterface>> renamed(std::string_view lock_name) = 0;
 };
 
 template <class Mutex>
@@ -62,6 +67,12 @@ class AnyMutexModel final : public AnyMutexInterface {
   Result<void> release() override { return mutex_.release(nothrow); }
   Result<void> heartbeat() override { return mutex_.heartbeat(nothrow); }
   Result<std::optional<LockRow>> inspect() override { return mutex_.inspect(nothrow); }
+  std::unique_ptr<AnyMutexInterface> share() override { return std::make_unique<AnyMutexModel>(mutex_.share()); }
+  Result<std::unique_ptr<AnyMutexInterface>> renamed(std::string_view lock_name) override {
+    auto named = mutex_.renamed(lock_name);
+    if (!named) return tl::unexpected(std::move(named.error()));
+    return std::unique_ptr<AnyMutexInterface>(std::make_unique<AnyMutexModel>(std::move(*named)));
+  }
 
  private:
   static Result<AnyGuard> erase(Result<typename Mutex::guard_type>&& guard) {
@@ -133,7 +144,29 @@ class AnyMutex {
   void unlock() { detail::unlock_or_throw_if_not_locked(*this, locked_); }
   [[nodiscard]] const AnyGuard* lock_guard() const noexcept { return locked_.owns_lock() ? &locked_ : nullptr; }
 
+  // Singletons, as on BasicMutex: `fn` runs only while the lock is held,
+  // under this mutex's lock name, or under one given per call on the same
+  // backend and options (Errc::invalid_argument, naming the name and the
+  // rule, if the options refuse it). The wrapper works on after this
+  // AnyMutex is moved or destroyed.
+  template <class F>
+  Singleton<AnyMutex, F> singleton(F fn, WaitPolicy wait = {}) {
+    return Singleton<AnyMutex, F>(AnyMutex(impl_->share()), std::move(fn), wait);
+  }
+  template <class F>
+  Result<Singleton<AnyMutex, F>> singleton(nothrow_t, std::string_view lock_name, F fn, WaitPolicy wait = {}) {
+    auto named = impl_->renamed(lock_name);
+    if (!named) return tl::unexpected(std::move(named.error()));
+    return Singleton<AnyMutex, F>(AnyMutex(std::move(*named)), std::move(fn), wait);
+  }
+  template <class F>
+  Singleton<AnyMutex, F> singleton(std::string_view lock_name, F fn, WaitPolicy wait = {}) {
+    return value_or_throw(singleton(nothrow, lock_name, std::move(fn), wait));
+  }
+
  private:
+  explicit AnyMutex(std::unique_ptr<detail::AnyMutexInterface> impl) noexcept : impl_(std::move(impl)) {}
+
   std::unique_ptr<detail::AnyMutexInterface> impl_;
   AnyGuard locked_;  // after impl_: destroyed first, so the grant goes before the mutex
 };

@@ -1,7 +1,9 @@
-// pgmutex on Boost.Asio: AsioMutex, a mutex on a Session whose timers run on
-// the user's event loop, and the async forms of its operations
-// (async_try_acquire, async_acquire, and the guard's async_release,
-// async_heartbeat, async_wait_lost), each taking a completion token.
+// pgmutex on Boost.Asio: AsioMutex, a mutex on a Session whose handlers run
+// on the user's event loop, and the async forms of its operations
+// (async_create_schema, async_try_acquire, async_acquire, async_singleton,
+// and the guard's async_release, async_heartbeat, async_wait_lost), each
+// taking a completion token. Construct it with its loop:
+//   AsioMutex m(session->backend(), options, {}, {}, AsioExecutor(io.get_executor()));
 // The only public header, with pgmutex/asio/, that includes Boost.Asio.
 #pragma once
 

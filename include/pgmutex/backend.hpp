@@ -299,4 +299,13 @@ concept BackendRunsJobs = requires(B& b, std::function<void()> job) {
   { b.run_job(std::move(job)) } noexcept -> std::same_as<bool>;
 };
 
+// Another backend of the same kind, for another lock of this one's user (a
+// mutex's singleton under a lock name given per call): on the same pool or
+// session, or, for a backend that owns its connection, another connection
+// from the same settings. A copyable backend needs none: its copy is one.
+template <class B>
+concept BackendShares = requires(const B& b) {
+  { b.share() } -> std::same_as<B>;
+};
+
 }  // namespace pgmutex

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <optional>
 #include <stop_token>
 #include <string_view>
@@ -35,7 +36,32 @@ namespace detail {
 // Reaches a mutex's and a guard's shared state for an executor's async forms
 // (defined with AsioExecutor, in pgmutex/asio/); nothing else uses it.
 struct AsyncAccess;
+// AnyMutex's model of a BasicMutex (any_mutex.hpp): its singletons share the state.
+template <class Mutex>
+class AnyMutexModel;
+
+template <class E>
+inline constexpr bool executor_given = false;
+
+// Another backend for another lock of a mutex's: share() where the backend
+// has it (the same pool or session), else a copy.
+template <Backend B>
+B share_backend(const B& backend) {
+  if constexpr (BackendShares<B>) {
+    return backend.share();
+  } else {
+    static_assert(std::copy_constructible<B>,
+                  "a singleton under another lock name needs a backend that can be shared: give it "
+                  "B share() const (another backend on the same pool or session), or a copy constructor");
+    return backend;
+  }
+}
 }  // namespace detail
+
+// The message when an Executor policy without a default value is left out.
+#define PGMUTEX_EXECUTOR_NOT_GIVEN                                                                              \
+  "this mutex's Executor policy (e.g. AsioExecutor) has no default value: pass the executor, the fifth "     \
+  "argument: AsioMutex(session->backend(), options, {}, {}, pgmutex::AsioExecutor(io.get_executor()))"
 
 template <Backend B, Clock C = SteadyClock, Metrics M = NoMetrics, Executor E = ThreadExecutor>
 class BasicMutex {
@@ -52,15 +78,37 @@ class BasicMutex {
   using duration = std::chrono::nanoseconds;
 
   // Throws InvalidArgumentError naming the option and the rule it breaks.
-  BasicMutex(B backend, Options options, C clock = {}, M metrics = {}, E executor = {})
+  BasicMutex(B backend, Options options, C clock, M metrics, E executor)
       : state_(value_or_throw(make_state(std::move(backend), std::move(options), std::move(clock), std::move(metrics),
                                          std::move(executor)))) {}
+  // The executor left out: only an Executor policy with a default value
+  // (ThreadExecutor) may be. AsioExecutor names the user's loop, so an
+  // AsioMutex is given it: AsioMutex(backend, options, {}, {}, AsioExecutor(io.get_executor())).
+  BasicMutex(B backend, Options options, C clock = {}, M metrics = {})
+    requires std::default_initializable<E>
+      : BasicMutex(std::move(backend), std::move(options), std::move(clock), std::move(metrics), E{}) {}
+  template <class Missing = E>
+    requires(!std::default_initializable<Missing>)
+  BasicMutex(B, Options, C = {}, M = {}) : state_(nullptr) {
+    static_assert(detail::executor_given<Missing>, PGMUTEX_EXECUTOR_NOT_GIVEN);
+  }
 
-  static Result<BasicMutex> create(B backend, Options options, C clock = {}, M metrics = {}, E executor = {}) {
+  static Result<BasicMutex> create(B backend, Options options, C clock, M metrics, E executor) {
     auto state = make_state(std::move(backend), std::move(options), std::move(clock), std::move(metrics),
                             std::move(executor));
     if (!state) return tl::unexpected(std::move(state.error()));
     return BasicMutex(*state);
+  }
+  static Result<BasicMutex> create(B backend, Options options, C clock = {}, M metrics = {})
+    requires std::default_initializable<E>
+  {
+    return create(std::move(backend), std::move(options), std::move(clock), std::move(metrics), E{});
+  }
+  template <class Missing = E>
+    requires(!std::default_initializable<Missing>)
+  static Result<BasicMutex> create(B, Options, C = {}, M = {}) {
+    static_assert(detail::executor_given<Missing>, PGMUTEX_EXECUTOR_NOT_GIVEN);
+    return fail(Errc::invalid_argument);
   }
 
   BasicMutex(BasicMutex&& other) noexcept
@@ -160,14 +208,68 @@ class BasicMutex {
   // mutex is moved or destroyed.
   template <class F>
   Singleton<BasicMutex, F> singleton(F fn, WaitPolicy wait = {}) {
-    state_->add_owner();
-    return Singleton<BasicMutex, F>(BasicMutex(state_), std::move(fn), wait);
+    return Singleton<BasicMutex, F>(share(), std::move(fn), wait);
+  }
+
+  // The same, under a lock name given per call (the seed's
+  // singleton(lock_name)): the wrapper's own mutex shares this one's backend
+  // (the same pool or session: BackendShares, or a copy), options and
+  // instance id, and copies of its clock, metrics and executor. A lock name
+  // the options refuse is Errc::invalid_argument (InvalidArgumentError),
+  // naming the name given and the rule it breaks.
+  template <class F>
+  Result<Singleton<BasicMutex, F>> singleton(nothrow_t, std::string_view lock_name, F fn, WaitPolicy wait = {}) {
+    auto named = renamed(lock_name);
+    if (!named) return tl::unexpected(std::move(named.error()));
+    return Singleton<BasicMutex, F>(std::move(*named), std::move(fn), wait);
+  }
+  template <class F>
+  Singleton<BasicMutex, F> singleton(std::string_view lock_name, F fn, WaitPolicy wait = {}) {
+    return value_or_throw(singleton(nothrow, lock_name, std::move(fn), wait));
+  }
+
+  // ---- Async forms of create_schema and singleton, where the executor
+  // policy provides them (AsioExecutor): see <pgmutex/asio/async_ops.hpp>.
+  template <class Token>
+  decltype(auto) async_create_schema(Token&& token) {
+    return E::async_create_schema(*this, std::forward<Token>(token));
+  }
+  template <class F>
+  auto async_singleton(F fn, WaitPolicy wait = {}) {
+    return E::async_singleton(share(), std::move(fn), wait);
+  }
+  template <class F>
+  auto async_singleton(nothrow_t, std::string_view lock_name, F fn, WaitPolicy wait = {}) {
+    using Wrapper = decltype(E::async_singleton(std::declval<BasicMutex>(), std::move(fn), wait));
+    auto named = renamed(lock_name);
+    if (!named) return Result<Wrapper>(tl::unexpected(std::move(named.error())));
+    return Result<Wrapper>(E::async_singleton(std::move(*named), std::move(fn), wait));
+  }
+  template <class F>
+  auto async_singleton(std::string_view lock_name, F fn, WaitPolicy wait = {}) {
+    return value_or_throw(async_singleton(nothrow, lock_name, std::move(fn), wait));
   }
 
  private:
   friend struct detail::AsyncAccess;
+  template <class Mutex>
+  friend class detail::AnyMutexModel;
 
   explicit BasicMutex(State* state) noexcept : state_(state) {}
+
+  // A second mutex object on this one's state (a singleton wrapper's).
+  BasicMutex share() noexcept {
+    state_->add_owner();
+    return BasicMutex(state_);
+  }
+
+  // A new mutex under another lock name, on a backend shared with this one.
+  Result<BasicMutex> renamed(std::string_view lock_name) {
+    auto options = detail::options_for_lock(state_->options, lock_name);
+    if (!options) return tl::unexpected(std::move(options.error()));
+    return create(detail::share_backend(state_->io.backend), std::move(*options), state_->clock, state_->metrics,
+                  state_->executor);
+  }
 
   // The options are checked against what the backend tells (its commit mode)
   // before the backend moves into the state.
@@ -182,3 +284,5 @@ class BasicMutex {
 };
 
 }  // namespace pgmutex
+
+#undef PGMUTEX_EXECUTOR_NOT_GIVEN  // expanded where the templates were defined

@@ -98,8 +98,12 @@ class BasicGuard {
 
   // ---- Async forms: where the mutex's executor policy provides them
   // (AsioExecutor, <pgmutex/asio.hpp>). async_release takes the grant out of
-  // this guard at once, as release() does; async_wait_lost completes when
-  // the lease is lost (never if it is released first: cancel it then).
+  // this guard at once, as release() does; unlike release(), it completes
+  // with success when the lease was lost (nothing is left to release, and
+  // lost() said so already: read it before the call), so that a coroutine
+  // need not catch it to go on; an empty guard is still lock_not_held.
+  // async_wait_lost completes when the lease is lost (never if it is
+  // released first: cancel it then).
   template <class Token>
   decltype(auto) async_release(Token&& token) {
     return State::executor_type::async_release(std::move(*this), std::forward<Token>(token));

@@ -76,4 +76,11 @@ struct BackendTraits {
 // "<hostname>-<8 random hex digits>", cut to fit 64 characters.
 [[nodiscard]] std::string default_instance_id();
 
+namespace detail {
+// A mutex's options for another lock name (a singleton's given per call):
+// the same in every other respect. An invalid name is Errc::invalid_argument
+// naming the name given and the rule it breaks.
+[[nodiscard]] Result<Options> options_for_lock(const ValidOptions& options, std::string_view lock_name);
+}  // namespace detail
+
 }  // namespace pgmutex

@@ -57,6 +57,14 @@ BasicMutex<SomeBackend<true>, SteadyClock, MetricsWithWrongSignature>* m = nullp
 #elif defined(CASE_any_mutex_from_lvalue)
 #include "pgmutex/any_mutex.hpp"
 [[maybe_unused]] void wrap(BasicMutex<SomeBackend<true>>& m) { AnyMutex any = m; }
+#elif defined(CASE_asio_mutex_without_executor)
+// Issue 20, friction 7: an AsioMutex needs its loop; leaving the executor out
+// names the Executor policy and the fifth argument, not a brace-enclosed list.
+#include "pgmutex/asio/executor.hpp"
+#include "pgmutex/memory_backend.hpp"
+[[maybe_unused]] void make(std::shared_ptr<MemoryServer> server) {
+  BasicMutex<MemoryBackend, SteadyClock, NoMetrics, AsioExecutor> m{MemoryBackend(server), Options{.lock_name = "job"}};
+}
 #else
 #error "define one CASE_<name>"
 #endif

@@ -9,12 +9,15 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -423,4 +426,88 @@ TEST_CASE("AsioMutex: a handler spinning past the lease; the stop token fires at
   CHECK(lost_at >= spin.ended);  // the handler runs on the loop, as soon as it is free
   CHECK(lost_at - spin.ended < 1000ms);
   CHECK(held.lost());
+}
+
+// Issue 20, friction 1: an AsioMutex program returns from io.run() once its
+// work is done. Three AsioMutex on one Session (no work guard), with long
+// thresholds: a 600 s stale threshold, a 60 s heartbeat interval. Each
+// coroutine acquires (two of them wait for the others' release), heartbeats
+// and releases; run() must return long before a heartbeat could be due (its
+// bound, 30 s, is half the interval), with the mutexes and the session still
+// alive.
+TEST_CASE("AsioMutex on a Session: io.run() returns when the last lock is released, whatever the thresholds",
+          "[asio][session][exit]") {
+  const std::string table = fresh_table("asio_exit");
+  auto patient = [&](std::string instance) {
+    auto o = options(table, "x", std::move(instance));
+    o.heartbeat_interval = 60s;
+    o.alert_threshold = 120s;
+    o.stale_threshold = 600s;
+    o.poll_interval = 50ms;
+    return o;
+  };
+  asio::io_context io;
+  auto session = pgmutex::Session::create("");
+  std::vector<std::unique_ptr<pgmutex::AsioMutex>> mutexes;
+  for (std::string name : {"one", "two", "three"})
+    mutexes.push_back(std::make_unique<pgmutex::AsioMutex>(session->backend(), patient(name), pgmutex::SteadyClock{},
+                                                           pgmutex::NoMetrics{}, AsioExecutor(io.get_executor())));
+  mutexes.front()->create_schema();
+  std::atomic<int> released{0};
+  for (auto& mutex : mutexes) {
+    asio::co_spawn(
+        io,
+        [&released, m = mutex.get()]() -> asio::awaitable<void> {
+          auto g = co_await m->async_acquire(20s, asio::use_awaitable);
+          if (!g) co_return;
+          co_await g.async_heartbeat(asio::use_awaitable);
+          co_await g.async_release(asio::use_awaitable);
+          ++released;
+        },
+        asio::detached);
+  }
+  auto ran = std::async(std::launch::async, [&] { io.run(); });
+  const bool returned = ran.wait_for(30s) == std::future_status::ready;
+  if (!returned) io.stop();  // so that the failure is reported, not a hang
+  REQUIRE(returned);
+  CHECK(released.load() == 3);
+  mutexes.clear();
+  session.reset();
+}
+
+// Issue 20, section 2 on a real server: a singleton under a lock name given
+// per call shares the mutex's backend (PostgresBackend::share: another
+// connection from the same DSN; SessionBackend::share: the same session),
+// blocking and async; async_create_schema makes the table.
+TEST_CASE("singleton and async_singleton under a lock name given per call, on Postgres and on a Session",
+          "[asio][singleton]") {
+  const std::string table = fresh_table("asio_singleton");
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  auto session = pgmutex::Session::create("");
+  PgAsioMutex own{PostgresBackend(""), quick(table, "own"), {}, {}, AsioExecutor(io.get_executor())};
+  pgmutex::AsioMutex shared{session->backend(), quick(table, "shared"), {}, {}, AsioExecutor(io.get_executor())};
+  own.async_create_schema(asio::use_future).get();
+  auto holder_of = [&](const char* lock) -> std::string {
+    auto row = PostgresBackend("").inspect(LockRef{table, lock}).value();
+    return row ? row->instance_id : std::string();
+  };
+
+  auto blocking = own.singleton("report", [&] { return holder_of("report"); });
+  CHECK(blocking() == std::optional<std::string>("own"));
+  CHECK(holder_of("report").empty());
+  auto on_session = shared.singleton("report", [&] { return holder_of("report"); });
+  CHECK(on_session() == std::optional<std::string>("shared"));
+
+  auto async_own = own.async_singleton("report", [&]() -> asio::awaitable<std::string> { co_return holder_of("report"); });
+  auto async_shared =
+      shared.async_singleton("report", [&]() -> asio::awaitable<std::string> { co_return holder_of("report"); });
+  CHECK(async_own(asio::use_future).get() == std::optional<std::string>("own"));
+  CHECK(async_shared(asio::use_future).get() == std::optional<std::string>("shared"));
+  CHECK(holder_of("report").empty());
+  CHECK(holder_of("x").empty());  // the mutexes' own lock was never taken
+
+  work.reset();
+  runner.join();
 }

@@ -377,3 +377,52 @@ TEST_CASE("wrapping a mutex that holds a grant keeps the grant and its guard", "
   CHECK_FALSE(any.held());
   CHECK(error_of(erased.release(nothrow)) == Errc::lock_not_held);  // the mutex released it already
 }
+
+// Issue 20, section 2: singleton wherever the mutex is, AnyMutex included:
+// under its own lock name and under one given per call (same backend and
+// options), in both forms; the wrapper outlives its AnyMutex.
+TEST_CASE("singleton on AnyMutex: its own lock, a lock name given per call, refused names", "[any][singleton]") {
+  Simulation sim;
+  AnyMutex a = sim.instance(opts("a"));
+  AnyMutex b = sim.instance(opts("b"));
+  a.create_schema();
+
+  int runs = 0;
+  auto job = b.singleton([&](AnyGuard& g) {
+    CHECK(g.fence() > 0);
+    return ++runs;
+  });
+  CHECK(job() == 1);
+  CHECK_FALSE(b.held());
+  auto held = a.try_acquire();
+  REQUIRE(held);
+  CHECK_FALSE(job());  // a holds b's lock name
+  held.release();
+
+  auto other = b.singleton("other-job", [&](std::stop_token stop) { return stop.stop_requested() ? -1 : ++runs; });
+  auto held_again = a.try_acquire();  // the mutex's own lock: not the one the wrapper takes
+  REQUIRE(held_again);
+  CHECK(other() == 2);
+  auto row_of_other = [&] {
+    auto seen = sim.instance(opts("watcher", "other-job"));
+    return seen.inspect();
+  };
+  CHECK_FALSE(row_of_other());  // released after the run
+  auto waits = a.singleton("other-job", [&] {
+    auto row = row_of_other();
+    REQUIRE(row);
+    CHECK(row->instance_id == "a");  // the AnyMutex's instance id
+  }, WaitPolicy{.blocking = true, .timeout = 1s});
+  CHECK(waits());
+  held_again.release();
+
+  auto refused = b.singleton(nothrow, std::string(65, 'n'), [] {});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == Errc::invalid_argument);
+  CHECK(refused.error().detail.find("lock_name must be at most 64 characters, got 65") != std::string::npos);
+  CHECK_THROWS_AS(b.singleton("", [] {}), InvalidArgumentError);
+
+  { AnyMutex gone = std::move(b); }
+  CHECK(job() == 3);  // the wrappers outlive the AnyMutex
+  CHECK(other() == 4);
+}

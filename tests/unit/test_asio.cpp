@@ -4,15 +4,22 @@
 #include "pgmutex/asio/executor.hpp"  // first: the header is self-contained (asio.hpp adds the Postgres session)
 
 #include <atomic>
+#include <exception>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -446,4 +453,224 @@ TEST_CASE("async_acquire on a backend that watches locks waits for the release, 
   }
   io.stop();
   loop.join();
+}
+
+// Issue 20, friction 1: a program's io.run() returns once its work is done.
+// Three mutexes on one loop (no work guard) with long thresholds: a 600 s
+// stale threshold and a 60 s heartbeat interval. Each coroutine acquires,
+// heartbeats and releases; run() must return long before any of those timers
+// could fire (its bound, 30 s, is half the heartbeat interval), though the
+// mutexes themselves outlive it.
+TEST_CASE("io.run() returns when the last lock is released, whatever the thresholds", "[asio][exit]") {
+  auto server = MemoryServer::create();
+  asio::io_context io;
+  auto patient = [](std::string instance) {
+    Options o = opts(std::move(instance));
+    o.lock_name = "exit-" + o.instance_id;
+    o.heartbeat_interval = 60s;
+    o.alert_threshold = 120s;
+    o.stale_threshold = 600s;
+    return o;
+  };
+  std::vector<std::unique_ptr<AsioMemoryMutex>> mutexes;
+  for (std::string name : {"one", "two", "three"}) {
+    mutexes.push_back(std::make_unique<AsioMemoryMutex>(MemoryBackend(server, name), patient(name), SteadyClock{},
+                                                        NoMetrics{}, AsioExecutor(io.get_executor())));
+  }
+  mutexes.front()->create_schema();
+  std::atomic<int> released{0};
+  for (auto& mutex : mutexes) {
+    asio::co_spawn(
+        io,
+        [&released, m = mutex.get()]() -> asio::awaitable<void> {
+          Guard g = co_await m->async_acquire(5s, asio::use_awaitable);
+          if (!g) co_return;
+          co_await g.async_heartbeat(asio::use_awaitable);
+          co_await g.async_release(asio::use_awaitable);
+          ++released;
+        },
+        asio::detached);
+  }
+  auto ran = std::async(std::launch::async, [&] { io.run(); });
+  const bool returned = ran.wait_for(30s) == std::future_status::ready;
+  if (!returned) io.stop();  // so that the failure is reported, not a hang
+  REQUIRE(returned);
+  CHECK(released.load() == 3);
+}
+
+// Issue 20, friction 7: releasing a guard whose lease was lost is no error the
+// caller must catch: a coroutine goes on past the release, under use_awaitable
+// and detached alike. An empty guard's release is still lock_not_held (above).
+TEST_CASE("async_release of a lost guard completes with success; the coroutine goes on", "[asio][lost]") {
+  World w;
+  std::promise<std::pair<bool, error_code>> went_on;
+  asio::co_spawn(
+      w.io,
+      [&]() -> asio::awaitable<void> {
+        Guard g = co_await w.a.async_try_acquire(asio::use_awaitable);
+        (void)MemoryBackend(w.server, "admin").force_release(LockRef{"mutex_lock", "asio-job"});
+        auto [beat] = co_await g.async_heartbeat(asio::as_tuple(asio::use_awaitable));  // finds the row gone
+        const bool lost = g.lost();
+        co_await g.async_release(asio::use_awaitable);  // no throw
+        went_on.set_value({lost, beat});
+      },
+      asio::detached);
+  auto [lost, beat] = went_on.get_future().get();
+  CHECK(lost);
+  CHECK(std::error_code(beat) == Errc::lock_not_held);
+  // The blocking form keeps its documented answer for the same case.
+  Guard g = w.a.try_acquire();
+  REQUIRE(g);
+  (void)MemoryBackend(w.server, "admin").force_release(LockRef{"mutex_lock", "asio-job"});
+  auto released = g.release(nothrow);
+  REQUIRE_FALSE(released);
+  CHECK(released.error() == Errc::lock_not_held);
+}
+
+TEST_CASE("async_create_schema: every token; a backend failure is an error code", "[asio][schema]") {
+  auto server = MemoryServer::create();
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  AsioMemoryMutex m{MemoryBackend(server, "m"), opts("m"), {}, {}, AsioExecutor(io.get_executor())};
+  auto later = m.async_create_schema(asio::deferred);
+  CHECK_FALSE(MemoryBackend(server, "admin").inspect(LockRef{"mutex_lock", "asio-job"}));  // no table yet: an error
+  std::move(later)(asio::use_future).get();
+  CHECK(MemoryBackend(server, "admin").inspect(LockRef{"mutex_lock", "asio-job"}));  // the table exists
+  m.async_create_schema(asio::use_future).get();  // idempotent
+  server->partition("m");
+  std::promise<error_code> failed;
+  m.async_create_schema([&](error_code ec) { failed.set_value(ec); });
+  CHECK(std::error_code(failed.get_future().get()) == Errc::backend_unavailable);
+  server->heal("m");
+  work.reset();
+  runner.join();
+}
+
+namespace {
+
+// What one run of an async singleton completed with, read on the loop (an
+// exception is turned into its message there, not handed across threads).
+template <class Ran>
+struct RunOutcome {
+  std::string error;  // empty: none
+  Ran ran{};
+};
+
+template <class Job>
+auto run_job(Job& job, asio::cancellation_signal* signal = nullptr) {
+  using Ran = typename Job::ran_type;
+  auto done = std::make_shared<std::promise<RunOutcome<Ran>>>();
+  auto handler = [done](std::exception_ptr e, Ran ran) {
+    RunOutcome<Ran> out;
+    out.ran = std::move(ran);
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        out.error = x.what();
+      }
+    }
+    done->set_value(std::move(out));
+  };
+  if (signal != nullptr) job(asio::bind_cancellation_slot(signal->slot(), std::move(handler)));
+  else job(std::move(handler));
+  return done->get_future();
+}
+
+}  // namespace
+
+// Issue 20, section 2: the seed's singleton_async, with completion tokens.
+TEST_CASE("async_singleton runs a coroutine while the lock is held, under its own or a given lock name",
+          "[asio][singleton]") {
+  World w;
+  auto fenced = w.a.async_singleton([&](Guard& g) -> asio::awaitable<Fence> {
+    REQUIRE(w.row());
+    CHECK(w.row()->instance_id == "a");
+    co_return g.fence();
+  });
+  auto first = run_job(fenced).get();
+  CHECK(first.error.empty());
+  REQUIRE(first.ran);
+  CHECK(*first.ran > 0);
+  CHECK_FALSE(w.row());  // released after the run
+
+  // use_awaitable: the result alone, in a coroutine.
+  auto in_coroutine = asio::co_spawn(
+      w.io, [&]() -> asio::awaitable<bool> { co_return (co_await fenced(asio::use_awaitable)).has_value(); },
+      asio::use_future);
+  CHECK(in_coroutine.get());
+
+  // Held by another: not run (an empty result), no error.
+  Guard held = w.b.try_acquire();
+  REQUIRE(held);
+  CHECK_FALSE(run_job(fenced).get().ran);
+  held.release();
+
+  // A lock name given per call: the mutex's instance id and table, another row.
+  int runs = 0;
+  auto other = w.a.async_singleton("other-job", [&]() -> asio::awaitable<void> {
+    auto row = MemoryBackend(w.server, "admin").inspect(LockRef{"mutex_lock", "other-job"}).value();
+    REQUIRE(row);
+    CHECK(row->instance_id == "a");
+    CHECK_FALSE(w.row());  // the mutex's own lock is not taken
+    ++runs;
+    co_return;
+  });
+  auto ran_other = run_job(other).get();
+  CHECK(ran_other.error.empty());
+  CHECK(ran_other.ran);
+  CHECK(runs == 1);
+  CHECK_FALSE(MemoryBackend(w.server, "admin").inspect(LockRef{"mutex_lock", "other-job"}).value());
+
+  // Refused names: the nothrow form's error names the name and the rule; the other throws.
+  auto refused = w.a.async_singleton(nothrow, "", [&]() -> asio::awaitable<void> { co_return; });
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().detail == "singleton lock name \"\" refused: lock_name must not be empty");
+  CHECK_THROWS_AS(w.a.async_singleton(std::string(65, 'x'), [&]() -> asio::awaitable<void> { co_return; }),
+                  InvalidArgumentError);
+
+  // What fn throws comes through; the lock is released all the same.
+  auto boom = w.a.async_singleton([&]() -> asio::awaitable<int> {
+    throw std::runtime_error("job failed");
+    co_return 1;
+  });
+  auto failed = run_job(boom).get();
+  CHECK(failed.error == "job failed");
+  CHECK_FALSE(w.row());
+}
+
+TEST_CASE("async_singleton: waiting per the WaitPolicy, a timeout, and a cancellation", "[asio][singleton]") {
+  World w;
+  Guard held = w.b.try_acquire();
+  REQUIRE(held);
+  int runs = 0;
+  auto body = [&](std::stop_token stop) -> asio::awaitable<int> { co_return stop.stop_requested() ? -1 : ++runs; };
+
+  auto impatient = w.a.async_singleton(body, WaitPolicy{.blocking = true, .timeout = 20ms});
+  auto timed_out = run_job(impatient).get();
+  CHECK(timed_out.error.empty());
+  CHECK_FALSE(timed_out.ran);  // a timeout: not run, as the blocking singleton says it
+
+  auto patient = w.a.async_singleton(body, WaitPolicy{.blocking = true});
+  SECTION("the release lets it in") {
+    auto waiting = run_job(patient);
+    std::this_thread::sleep_for(30ms);  // (not needed for the outcome)
+    held.release();
+    auto got = waiting.get();
+    CHECK(got.error.empty());
+    CHECK(got.ran == std::optional<int>(1));
+  }
+  SECTION("cancelled while it waits: operation_aborted, not run, no row") {
+    asio::cancellation_signal signal;
+    auto waiting = run_job(patient, &signal);
+    std::this_thread::sleep_for(30ms);  // (not needed for the outcome)
+    asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });
+    auto got = waiting.get();
+    CHECK_FALSE(got.error.empty());
+    CHECK_FALSE(got.ran);
+    CHECK(runs == 0);
+    REQUIRE(w.row());
+    CHECK(w.row()->instance_id == "b");
+  }
 }

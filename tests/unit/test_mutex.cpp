@@ -289,6 +289,69 @@ TEST_CASE("singleton releases when the function throws, and can wait", "[mutex][
   CHECK_FALSE(*r);
 }
 
+// Issue 20, section 2: the seed's singleton(lock_name): a lock name given per
+// call, on the mutex's backend and options (instance id, table, thresholds).
+TEST_CASE("singleton under a lock name given per call shares the backend and options", "[mutex][singleton]") {
+  World w;
+  int runs = 0;
+  auto report = w.b.singleton(
+      "report-job", [&](BasicSimMutex<RecordingMetrics>::guard_type& g) {
+        ++runs;
+        auto row = w.sim.instance(opts("watcher", "report-job")).inspect();
+        REQUIRE(row);
+        CHECK(row->instance_id == "b");  // the mutex's instance id, in its table
+        CHECK(g.fence() == row->fence);
+      });
+  CHECK(report());
+  CHECK(runs == 1);
+  CHECK_FALSE(w.b.held());  // the mutex's own lock was never taken
+  CHECK_FALSE(w.a.inspect());
+
+  // Held by another instance under that name: not run; the row names the
+  // mutex's instance id and lives in the mutex's table.
+  auto other = w.sim.instance(opts("c", "report-job"), w.record);
+  auto held = other.try_acquire();
+  REQUIRE(held);
+  CHECK_FALSE(report());
+  CHECK(runs == 1);
+  auto waiting = w.b.singleton("report-job", [&] { return ++runs; }, WaitPolicy{.blocking = true, .timeout = 10s});
+  w.sim.executor().schedule_after(3s, [&] { held.release(); });
+  CHECK(waiting() == 2);
+  auto held_by_b = w.b.singleton("report-job", [&] { return w.a.singleton("report-job", [] {})(); });
+  CHECK(held_by_b() == std::optional<bool>(false));  // a's wrapper sees b's instance hold it
+
+  // The mutex's own lock and the per-call one are independent.
+  auto own = w.b.try_acquire();
+  REQUIRE(own);
+  CHECK(report());
+  own.release();
+
+  // The wrapper keeps working after its mutex is gone (moved out and destroyed).
+  auto job = w.a.singleton("moved-job", [] { return 5; });
+  { auto gone = std::move(w.a); }
+  CHECK(job() == 5);
+}
+
+TEST_CASE("singleton under an invalid lock name is refused, naming the name and the rule", "[mutex][singleton]") {
+  World w;
+  auto empty = w.b.singleton(nothrow, "", [] {});
+  REQUIRE_FALSE(empty);
+  CHECK(empty.error() == Errc::invalid_argument);
+  CHECK(empty.error().detail == "singleton lock name \"\" refused: lock_name must not be empty");
+
+  const std::string long_name(70, 'x');
+  auto too_long = w.b.singleton(nothrow, long_name, [] {});
+  REQUIRE_FALSE(too_long);
+  CHECK(too_long.error().detail == "singleton lock name \"" + long_name +
+                                       "\" refused: lock_name must be at most 64 characters, got 70");
+  CHECK_THROWS_AS(w.b.singleton("bad\xff", [] {}), InvalidArgumentError);
+  CHECK_THROWS_WITH(w.b.singleton(std::string("nul\0byte", 8), [] {}),
+                    Catch::StartsWith("singleton lock name \"nul?byte\" refused: lock_name must not contain a NUL byte"));
+  auto fine = w.b.singleton(nothrow, "fine", [] { return 1; });
+  REQUIRE(fine);
+  CHECK((*fine)() == 1);
+}
+
 TEST_CASE("ManualExecutor runs due tasks in time order, ties in scheduling order", "[executor]") {
   ManualClock clock;
   ManualExecutor ex(clock);

@@ -69,7 +69,7 @@ std::string this_host() {
 }  // namespace postgres_detail
 
 PostgresBackend::Impl::Impl(const std::string& dsn, PostgresOptions opts)
-    : redacted(redact_dsn(dsn)), secrets(secrets_of(dsn)), options(opts) {
+    : dsn(dsn), redacted(redact_dsn(dsn)), secrets(secrets_of(dsn)), options(opts) {
   own.emplace(with_network_timeout(with_connect_timeout(dsn, opts.connect_timeout), opts.network_timeout),
               redacted, secrets, opts);
 }

@@ -65,6 +65,7 @@ struct PostgresBackend::Impl {
   Impl(std::shared_ptr<postgres_detail::SharedConnection> session_core,
        std::shared_ptr<postgres_detail::DurableMark> durable_mark);
 
+  std::string dsn;  // as given, for share() (own connection only; a pool's and a session's stay empty)
   std::string redacted;
   std::vector<std::string> secrets;
   PostgresOptions options;

@@ -18,6 +18,13 @@ PostgresBackend::PostgresBackend(PostgresBackend&&) noexcept = default;
 PostgresBackend& PostgresBackend::operator=(PostgresBackend&&) noexcept = default;
 PostgresBackend::~PostgresBackend() = default;
 
+PostgresBackend PostgresBackend::share() const {
+  if (!impl_) return PostgresBackend(std::unique_ptr<Impl>());  // moved from: fails as this one does
+  if (impl_->core) return SharedAccess::make(impl_->core, std::make_shared<DurableMark>());
+  if (impl_->pool) return PostgresBackend(impl_->pool, impl_->options);
+  return PostgresBackend(impl_->dsn, impl_->options);
+}
+
 std::string PostgresBackend::redacted_dsn() const { return impl_ ? impl_->redacted : std::string(); }
 
 bool PostgresBackend::heartbeat_commits_asynchronously() const noexcept {

@@ -206,6 +206,8 @@ bool SessionBackend::heartbeat_commits_asynchronously() const noexcept {
   return impl_ && impl_->backend.heartbeat_commits_asynchronously();
 }
 
+SessionBackend SessionBackend::share() const { return SessionBackend(owner()); }
+
 const std::shared_ptr<Session>& SessionBackend::owner() const noexcept {
   static const std::shared_ptr<Session> none;
   return impl_ ? impl_->session : none;

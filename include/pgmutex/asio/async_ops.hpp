@@ -2,14 +2,23 @@
 // an Asio completion token (a callback, use_future, use_awaitable, deferred,
 // ...) and completes with boost::system::error_code first:
 //
+//   async_create_schema          void(error_code)
 //   async_try_acquire            void(error_code, Guard)
 //   async_acquire(timeout)       void(error_code, Guard)   (acquire_op.hpp)
 //   guard.async_release          void(error_code)
 //   guard.async_heartbeat        void(error_code)
 //   guard.async_wait_lost        void(error_code)          (wait_lost_op.hpp)
+//   async_singleton(fn)(token)   void(exception_ptr, ran)  (singleton_op.hpp)
 //
 // An empty guard (the lock held by another, a timeout) is an answer, not an
 // error, as in the blocking API: only a backend failure is an error code.
+// So is a lost lease at release: async_release of a guard whose lease was
+// lost completes with success (nothing is left to release, and the loss
+// was told already: lost(), the stop token, async_wait_lost, the lost
+// hook), so that a coroutine that releases goes on, under use_awaitable and
+// detached alike. Read guard.lost() before the call to know. The blocking
+// release(nothrow) still returns Errc::lock_not_held for it, its documented
+// answer, and the guard's destructor drops that as this does.
 #pragma once
 
 #include <chrono>
@@ -45,6 +54,22 @@ boost::asio::any_io_executor loop_of_guard(const Guard& guard) {
   return boost::asio::system_executor();
 }
 
+// One statement, which cannot be interrupted: no cancellation slot.
+template <class Mutex, class Token>
+auto async_create_schema(Mutex& mutex, Token&& token) {
+  return boost::asio::async_initiate<Token, DoneSignature>(
+      [](auto handler, Mutex shared) {
+        auto* state = Access::state_of(shared);
+        Completion<decltype(handler)> done(std::move(handler), loop_of(*state));
+        run_statements_of(state, [done = std::move(done), shared = std::move(shared)]() mutable {
+          auto made = shared.create_schema(nothrow);
+          { Mutex gone = std::move(shared); }  // our share goes before the handler may run (see AcquireOp::finish)
+          done.complete(error_of(made));
+        });
+      },
+      token, Access::share(mutex));
+}
+
 template <class Mutex, class Token>
 auto async_try_acquire(Mutex& mutex, Token&& token) {
   using Guard = typename Mutex::guard_type;
@@ -76,7 +101,8 @@ auto async_acquire(Mutex& mutex, std::optional<std::chrono::nanoseconds> timeout
 }
 
 // The grant leaves the user's guard now (moved into the operation), as
-// release() takes it at once.
+// release() takes it at once. A lost lease completes with success; an empty
+// guard with lock_not_held (it never owned a grant).
 template <class Guard, class Token>
 auto async_release(Guard&& guard, Token&& token) {
   const auto loop = loop_of_guard(guard);
@@ -85,7 +111,10 @@ auto async_release(Guard&& guard, Token&& token) {
         Completion<decltype(handler)> done(std::move(handler), on);
         auto* state = Access::guard_state(owned);
         run_statements_of(state, [done = std::move(done), owned = std::move(owned)]() mutable {
+          const bool owned_a_grant = owned.owns_lock();
           auto released = owned.release(nothrow);
+          // A grant that owned its row until the lease was lost: no error (see above).
+          if (!released && owned_a_grant && released.error() == Errc::lock_not_held) released = {};
           done.complete(error_of(released));
         });
       },

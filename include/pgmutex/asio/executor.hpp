@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <optional>
+#include <type_traits>
 #include <stop_token>
 #include <utility>
 
@@ -21,6 +22,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "pgmutex/asio/async_ops.hpp"
+#include "pgmutex/asio/singleton_op.hpp"
 #include "pgmutex/executor.hpp"
 
 namespace pgmutex {
@@ -49,6 +51,14 @@ class AsioExecutor {
   void post(Task task) { ThreadExecutor{}.post(std::move(task)); }
 
   // ---- what BasicMutex's and BasicGuard's async members forward to
+  template <class Mutex, class Token>
+  static auto async_create_schema(Mutex& mutex, Token&& token) {
+    return asio_detail::async_create_schema(mutex, std::forward<Token>(token));
+  }
+  template <class Mutex, class F>
+  static auto async_singleton(Mutex&& mutex, F fn, WaitPolicy wait) {
+    return asio_detail::AsyncSingleton<std::remove_cvref_t<Mutex>, F>(std::move(mutex), std::move(fn), wait);
+  }
   template <class Mutex, class Token>
   static auto async_try_acquire(Mutex& mutex, Token&& token) {
     return asio_detail::async_try_acquire(mutex, std::forward<Token>(token));

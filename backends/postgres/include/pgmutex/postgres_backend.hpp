@@ -113,6 +113,12 @@ class PostgresBackend {
   // Connects now instead of on first use.
   Result<void> connect() noexcept;
 
+  // A backend for another lock of this one's user (BackendShares: a mutex's
+  // singleton under a lock name given per call): on the same pool, or the
+  // same pgmutex::Session, or, for a backend that owns its connection,
+  // another connection from the same DSN and options (opened on first use).
+  [[nodiscard]] PostgresBackend share() const;
+
   // The DSN with any password replaced by "********", fit for logs.
   [[nodiscard]] std::string redacted_dsn() const;
 

@@ -130,6 +130,9 @@ class SessionBackend {
   [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept;
 
   [[nodiscard]] const std::shared_ptr<Session>& owner() const noexcept;
+  // Another mutex's view of the same session (BackendShares: a mutex's
+  // singleton under a lock name given per call).
+  [[nodiscard]] SessionBackend share() const;
 
  private:
   friend struct postgres_detail::SessionAccess;
