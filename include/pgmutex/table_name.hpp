@@ -10,9 +10,11 @@
 namespace pgmutex {
 
 // `[schema.]table`, each part as psql reads an identifier:
-//  - unquoted: [A-Za-z_][A-Za-z0-9_$]* (non-ASCII letters too), ASCII folded
-//    to lower case (Locks.Jobs is locks.jobs);
-//  - double-quoted: any characters but NUL, case kept, "" for a quote ("lock-table", "Locks").
+//  - unquoted: a letter or underscore, then letters, digits, underscores or
+//    dollar signs (non-ASCII letters too), ASCII folded to lower case
+//    (`Locks.Jobs` is `locks.jobs`);
+//  - double-quoted: any characters but NUL, case kept, two double quotes for
+//    one (`"lock-table"`, `"Locks"`).
 // The whole is valid UTF-8. Each part is at most 63 bytes once read: Postgres would cut a longer one
 // short, so it is refused instead. No schema: the search_path's first.
 struct TableName {

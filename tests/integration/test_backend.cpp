@@ -219,14 +219,21 @@ TEST_CASE("create_schema makes the table DESIGN.md shows, idempotently", "[backe
   CHECK(admin("SELECT reloptions::text FROM pg_class WHERE oid = '" + table + "'::regclass")[0][0].as<std::string>() ==
         "{fillfactor=50}");
 
-  SECTION("names keep their case and may be schema-qualified, because they are always quoted") {
+  SECTION("names read as psql reads them: quoted parts keep their case, unquoted ones fold to lower case") {
     admin("CREATE SCHEMA IF NOT EXISTS \"Locks\"");
-    const std::string mixed = "Locks.Mixed_" + std::to_string(::getpid());
+    const std::string pid = std::to_string(::getpid());
+    const std::string mixed = "\"Locks\".\"Mixed_" + pid + "\"";
     REQUIRE(b.create_schema(mixed));
     auto won = b.try_acquire(request(mixed, "job", "me"));
     REQUIRE(won);
     CHECK(won->acquired);
-    CHECK(admin("SELECT count(*) FROM \"Locks\".\"Mixed_" + std::to_string(::getpid()) + "\"")[0][0].as<int>() == 1);
+    CHECK(admin("SELECT count(*) FROM \"Locks\".\"Mixed_" + pid + "\"")[0][0].as<int>() == 1);
+    // Unquoted, as in psql: Locks_Folded.Jobs is locks_folded.jobs.
+    admin("CREATE SCHEMA IF NOT EXISTS locks_folded");
+    const std::string folded = "Locks_Folded.Jobs_" + pid;
+    REQUIRE(b.create_schema(folded));
+    REQUIRE(b.try_acquire(request(folded, "job", "me")));
+    CHECK(admin("SELECT count(*) FROM locks_folded.jobs_" + pid)[0][0].as<int>() == 1);
   }
   SECTION("injection attempts are rejected before any SQL is sent") {
     for (const std::string& bad : std::vector<std::string>{"mutex_lock; DROP TABLE mutex_lock", "mutex_lock\"; --", "a.b.c", "", "1abc",
