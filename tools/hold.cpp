@@ -26,7 +26,9 @@ HoldResult hold_until_let_go(SignalReader& signals, const Wakeup& lost) {
     } else if (fds[2].revents != 0) {
       std::array<char, 4096> buffer;
       const ssize_t got = read(STDIN_FILENO, buffer.data(), buffer.size());
-      if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) return {HoldEnd::input_closed, 0};
+      // EIO: a terminal we may not read from (a background job's): no end of input will come.
+      if (got < 0 && errno == EIO) watch_input = false;
+      else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) return {HoldEnd::input_closed, 0};
     }
   }
 }

@@ -18,7 +18,8 @@ struct HoldResult {
 };
 
 // Blocks until one of the three. What arrives on stdin is read and dropped;
-// a stdin that is not open is never waited for. Signals must be blocked
+// a stdin that is not open, or a terminal a background job may not read, is
+// never waited for. Signals must be blocked
 // (block_supervised_signals) and are read from `signals`.
 [[nodiscard]] HoldResult hold_until_let_go(SignalReader& signals, const Wakeup& lost);
 
