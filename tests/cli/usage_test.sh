@@ -90,6 +90,7 @@ expect 0 "help status" "$PGMUTEX" help status
 contains "$OUT" "pgmutex status" "help status prints status's help"
 expect 0 "help" "$PGMUTEX" help
 contains "$OUT" "Exit codes" "help alone prints the overview"
+equal "$(cat "$OUT")" "$("$PGMUTEX" --help)" "help prints what --help prints"
 usage "help of an unknown subcommand" "frobnicate" help frobnicate
 
 # The usage line names --lock and --, and the -c and no-command forms.
