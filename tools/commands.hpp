@@ -11,9 +11,9 @@ namespace pgmutex::cli {
 // Returns the exit code; throws Exit to stop with a code and a message.
 using CommandRunner = std::function<int()>;
 
-// `separator_given`: whether "--" appears on the command line (CLI11 does not
-// tell positionals after it from those before it).
-CommandRunner add_run_command(CLI::App& app, bool separator_given);
+// run's command is every word after "--"; parse_command_line puts the "--"
+// before the first command word where the user left it out.
+CommandRunner add_run_command(CLI::App& app);
 CommandRunner add_status_command(CLI::App& app);
 CommandRunner add_release_command(CLI::App& app);
 CommandRunner add_schema_command(CLI::App& app);

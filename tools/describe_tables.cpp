@@ -91,7 +91,7 @@ std::string metrics_table(std::span<const describe::Field> extra = {}, std::stri
 // A subcommand's flags, as the command registers them: names, value, default, help.
 std::string flags_table(const std::string& subcommand) {
   CLI::App app;
-  if (subcommand == "run") (void)pgmutex::cli::add_run_command(app, true);
+  if (subcommand == "run") (void)pgmutex::cli::add_run_command(app);
   else (void)pgmutex::cli::add_status_command(app);
   std::string out = "| flag | default | meaning |\n|---|---|---|\n";
   for (const CLI::Option* option : app.get_subcommand(subcommand)->get_options()) {

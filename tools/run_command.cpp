@@ -14,6 +14,7 @@
 #include "connection.hpp"
 #include "exit_codes.hpp"
 #include "guardian.hpp"
+#include "hold.hpp"
 #include "interrupt_watch.hpp"
 #include "lease_watch.hpp"
 #include "lock_events.hpp"
@@ -38,12 +39,14 @@ struct RunArgs {
   ThresholdArgs thresholds{};
   std::string lock;
   bool wait = false;
+  bool no_wait = false;  // -n: the default, spelled as flock spells it
   double timeout_s = 0;
   CLI::Option* timeout_option = nullptr;
   double heartbeat_s = 0;
   double grace_s = 10;
   std::vector<std::string> command;
-  bool separator_given = false;
+  std::string shell_command;  // -c: run as sh -c, as flock -c
+  CLI::Option* shell_option = nullptr;
   bool quiet = false;
   bool verbose = false;
   int conflict_exit_code = exit_code::temporary;
@@ -89,17 +92,24 @@ RunMargin lock_options(const RunArgs& args) {
   return plan_margin(std::move(options), to_duration(args.grace_s));
 }
 
-void check_usage(const RunArgs& args) {
-  if (!args.separator_given)
-    throw Exit(exit_code::usage, "run: missing '--' before the command: pgmutex run --lock NAME -- COMMAND [ARGS...]");
-  if (args.command.empty())
-    throw Exit(exit_code::usage, "run: no command after '--': pgmutex run --lock NAME -- COMMAND [ARGS...]");
+void check_lock_options(const RunArgs& args) {
   if (auto valid = validate(lock_options(args).options, run_backend_traits); !valid) {
     const std::string& rule = valid.error().detail;
     const bool margin = rule.find(flag_of(&Options::safety_margin).option) != std::string::npos;
     throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
                                      (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
   }
+}
+
+void check_usage(RunArgs& args) {
+  if (args.timeout_option->count() > 0) args.wait = true;
+  if (args.shell_option->count() > 0) {
+    if (!args.command.empty())
+      throw Exit(exit_code::usage, "run: -c gives the command as one string: give no command after it as well");
+    args.command = {"sh", "-c", args.shell_command};
+    return check_lock_options(args);
+  }
+  check_lock_options(args);  // no command: hold the lock (hold_lock)
 }
 
 Verbosity verbosity_of(const RunArgs& args) noexcept {
@@ -176,6 +186,24 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts
   return std::move(*guard);
 }
 
+// No command, as etcdctl lock NAME: the fence on stdout, then hold until a
+// signal or the end of stdin lets go (exit 0), or the lease is lost (exit 70).
+int hold_lock(const RunArgs& args, Guard& guard, SignalReader& signals, RunMetricsFile& report) {
+  Wakeup lost;
+  std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
+  std::printf("%s\n", std::to_string(guard.fence()).c_str());
+  std::fflush(stdout);
+  if (hold_until_let_go(signals, lost).end == HoldEnd::lost || guard.lost()) {
+    report.lost();
+    (void)guard.release(nothrow);  // the row is gone or someone else's
+    throw Exit(exit_code::lost, "lock '" + shown(args.lock) + "' was lost while it was held");
+  }
+  if (auto released = guard.release(nothrow); !released && !args.quiet)
+    std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", shown(args.lock).c_str(),
+                 one_line(released.error().message()).c_str());
+  return 0;
+}
+
 int execute(RunArgs& args, RunMetricsFile& report) {
   check_usage(args);
 
@@ -208,6 +236,8 @@ int execute(RunArgs& args, RunMetricsFile& report) {
 
   // Only a holder warns: a contender that exits 75 has no command to stop.
   if (!plan.shortfall.empty() && !args.quiet) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());
+
+  if (args.command.empty()) return hold_lock(args, guard, signals, report);
 
   Wakeup lost;
   std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
@@ -299,13 +329,12 @@ int execute(RunArgs& args, RunMetricsFile& report) {
 
 }  // namespace
 
-CommandRunner add_run_command(CLI::App& app, bool separator_given) {
+CommandRunner add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
-  args->separator_given = separator_given;
   const Options defaults;
   args->heartbeat_s = to_seconds(defaults.heartbeat_interval);
 
-  CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock; exit 75 if the lock is taken");
+  CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock, or with no command hold it; exit 75 if the lock is taken");
   const FlagText lock = flag_of(&Options::lock_name);
   const FlagText heartbeat = flag_of(&Options::heartbeat_interval);
   const FlagText instance = flag_of(&Options::instance_id);
@@ -313,11 +342,16 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
       ->required()
       ->type_name("NAME")
       ->check(lock_name_validator());
-  CLI::Option* wait = run->add_flag("--wait", args->wait, "wait for the lock instead of exiting 75 at once");
-  args->timeout_option = run->add_option("--timeout", args->timeout_s, "with --wait: give up after S seconds (exit 75)")
+  CLI::Option* wait = run->add_flag("--wait", args->wait, "wait for the lock (with no end unless -w/--timeout) instead of exiting 75 at once");
+  // As flock -w S: a timeout is a wait with an end, so it needs no --wait.
+  args->timeout_option = run->add_option("-w,--timeout", args->timeout_s,
+                                         "wait for the lock up to S seconds, then exit 75 (as flock -w); implies --wait")
                              ->type_name("S")
-                             ->check(seconds_validator())
-                             ->needs(wait);
+                             ->check(seconds_validator());
+  // flock's -n: not waiting is already the default; accepted so that the habit works.
+  run->add_flag("-n,--no-wait", args->no_wait, "exit 75 at once if the lock is taken (the default; as flock -n)")
+      ->excludes(wait)
+      ->excludes(args->timeout_option);
   add_threshold_options(*run, args->thresholds);
   run->add_option(heartbeat.name, args->heartbeat_s, heartbeat.help)
       ->capture_default_str()
@@ -348,8 +382,11 @@ CommandRunner add_run_command(CLI::App& app, bool separator_given) {
                   "outcome, fence) to PATH in the Prometheus text format, atomically (for node_exporter's textfile "
                   "collector: PATH ends in .prom)")
       ->type_name("PATH");
+  args->shell_option = run->add_option("-c,--command", args->shell_command,
+                                       "run STRING with sh -c instead of a command after -- (as flock -c)")
+                           ->type_name("STRING");
   add_connection_options(*run, args->connection);
-  run->add_option("COMMAND", args->command, "the command and its arguments, after --")->type_name("");
+  run->add_option("COMMAND", args->command, "the command and its arguments: the first word that is not an option of run, or every word after --")->type_name("");
   run->footer(R"(The command gets PGMUTEX_LOCK, PGMUTEX_FENCE (strictly increasing per lock: pass it
 to what you protect) and PGMUTEX_INSTANCE in its environment. Every signal pgmutex
 can catch (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, ...) is forwarded to
@@ -360,9 +397,20 @@ signal N killed it); 75 (or -E N) if the lock is taken; 70 if the lock was lost
 while it ran. Other failures: 64 usage or DSN, 69 unreachable, 77 permission,
 78 table missing (see pgmutex --help).
 
+The command is every word after --, or without -- the first word that is not
+an option of run and every word after it (options included); -c STRING runs
+sh -c STRING instead, as flock -c.
+
+With no command (as etcdctl lock NAME), pgmutex holds the lock for whoever
+started it: it prints the fence on stdout, holds the lock until SIGINT, SIGTERM
+(or another signal that ends a process) or until stdin closes, then releases it
+and exits 0; 70 if the lock is lost meanwhile.
+
 Examples:
   pgmutex run --lock nightly-report -- ./report.sh
-  pgmutex run --lock deploy --wait --timeout 300 -- make deploy
+  pgmutex run --lock deploy -w 300 make deploy       # wait up to 300 s, as flock -w
+  pgmutex run --lock backup -c 'pg_dump app | gzip > /backup/app.gz'
+  coproc pgmutex run --lock maintenance; read -r fence <&"${COPROC[0]}"  # hold it in a shell
   */5 * * * *  pgmutex run --lock sync --quiet -E 0 --dsn 'host=db user=cron' -- /opt/sync)");
   return [args] {
     // Every way out writes the report: the command's code, 75, 70, an

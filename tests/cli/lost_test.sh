@@ -83,4 +83,16 @@ running() { local state; state=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$state"
 if running "$shell_pid"; then fail "the command outlived the SIGKILLed pgmutex"; else pass "the command died with the SIGKILLed pgmutex"; fi
 kill -KILL -- "-$shell_pid" 2>/dev/null  # should the check above have failed
 
+# --- a lock held without a command: exit 70 when it is lost --------------------
+mkfifo "$WORK/hold.in"
+"$PGMUTEX" run --table "$TABLE" --lock lost-hold "${short[@]}" <"$WORK/hold.in" >"$WORK/hold.out" 2>"$WORK/hold.err" &
+holder=$!
+background_pids+=("$holder")
+exec 7>"$WORK/hold.in"
+wait_for_file "$WORK/hold.out"
+expect 0 "release --force a lock held without a command" pgm release --force lost-hold
+wait_exit "$holder" 10; equal "$EXIT" "70" "a lock held without a command and lost: exit 70"
+contains "$WORK/hold.err" "lock 'lost-hold' was lost while it was held" "pgmutex says it was lost"
+exec 7>&-
+
 finish

@@ -64,6 +64,16 @@ elapsed=$(($(now_ms) - start))
 contains "$ERR" "still held after waiting 1.0 s by $holder_instance" "timeout line names the holder"
 [[ ! -e "$WORK/second-ran" ]] && pass "the command did not run after the timeout" || fail "command ran after timeout"
 
+# flock habits: -w S waits up to S seconds, --timeout alone implies --wait,
+# -n does not wait (the default, spelled as flock spells it).
+expect 75 "-w 1 while held: 75" pgm run --lock busy -w 1 -- touch "$WORK/second-ran"
+contains "$ERR" "still held after waiting 1.0 s by $holder_instance" "-w 1 waited, as --wait --timeout 1"
+expect 75 "--timeout 1 without --wait while held: 75" pgm run --lock busy --timeout 1 -- touch "$WORK/second-ran"
+contains "$ERR" "still held after waiting 1.0 s by $holder_instance" "--timeout implies --wait"
+expect 75 "-n while held: 75" pgm run --lock busy -n -- touch "$WORK/second-ran"
+contains "$ERR" "lock 'busy' is held by $holder_instance" "-n exits at once, naming the holder"
+[[ ! -e "$WORK/second-ran" ]] && pass "no command ran under -w, --timeout or -n" || fail "a command ran while the lock was held"
+
 # --wait: runs once the holder is done, and only then.
 expect 0 "--wait runs after the holder ends" \
   pgm run --lock busy --wait -- sh -c '[ -e "$0" ] && echo after || echo overlap' "$WORK/holder.done"
@@ -104,5 +114,34 @@ equal "$crowd_ok" "1" "four waiters all ran"
 awk '$1=="start"{if(open!="")bad=1; open=$2} $1=="end"{if(open!=$2)bad=1; open=""} END{exit bad}' "$WORK/crowd.log" &&
   pass "no two holds overlapped" || fail "holds overlapped: $(cat "$WORK/crowd.log")"
 equal "$(grep -c start "$WORK/crowd.log")" "4" "four holds recorded"
+
+# --- no command: hold the lock, as etcdctl lock NAME ---------------------------
+expect 0 "no command, stdin at its end: prints the fence, releases" pgm run --lock hold </dev/null
+matches "$OUT" '^[0-9]+$' "the fence is printed on stdout"
+mkfifo "$WORK/hold.in"
+"$PGMUTEX" run --table "$TABLE" --lock hold <"$WORK/hold.in" >"$WORK/hold.out" 2>"$WORK/hold.err" &
+holder=$!
+background_pids+=("$holder")
+exec 7>"$WORK/hold.in"
+wait_for_file "$WORK/hold.out"
+matches "$WORK/hold.out" '^[0-9]+$' "a holder without a command prints its fence"
+expect 75 "the lock is held while stdin stays open" pgm run --lock hold -- true
+echo "ignored" >&7
+expect 75 "a line on stdin does not let the lock go" pgm run --lock hold -- true
+exec 7>&-
+wait_exit "$holder" 10; equal "$EXIT" "0" "stdin closed: the holder exits 0"
+expect 0 "and the lock is free again" pgm run --lock hold -- true
+
+mkfifo "$WORK/hold2.in"
+"$PGMUTEX" run --table "$TABLE" --lock hold <"$WORK/hold2.in" >"$WORK/hold2.out" 2>"$WORK/hold2.err" &
+holder=$!
+background_pids+=("$holder")
+exec 8>"$WORK/hold2.in"
+wait_for_file "$WORK/hold2.out"
+expect 75 "held without a command until a signal" pgm run --lock hold -- true
+kill -TERM "$holder"
+wait_exit "$holder" 10; equal "$EXIT" "0" "SIGTERM: the holder releases and exits 0"
+expect 0 "the lock is free after SIGTERM" pgm run --lock hold -- true
+exec 8>&-
 
 finish

@@ -59,4 +59,17 @@ contains "$WORK/waiter.err" "interrupted by SIGINT while waiting for lock 'sig-w
 kill -TERM "$holder"
 wait_exit "$holder" 10
 
+# Held without a command (as etcdctl lock NAME): SIGINT lets it go, exit 0.
+mkfifo "$WORK/hold.in"
+"$PGMUTEX" run --table "$TABLE" --lock sig-hold <"$WORK/hold.in" >"$WORK/hold.out" 2>"$WORK/hold.err" &
+hold=$!
+background_pids+=("$hold")
+exec 7>"$WORK/hold.in"
+wait_for_file "$WORK/hold.out"
+expect 75 "held without a command until SIGINT" pgm run --lock sig-hold -- true
+kill -INT "$hold"
+wait_exit "$hold" 10; equal "$EXIT" "0" "SIGINT: the lock held without a command is released, exit 0"
+expect 0 "the lock is free after SIGINT" pgm run --lock sig-hold -- true
+exec 7>&-
+
 finish

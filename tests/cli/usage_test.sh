@@ -11,16 +11,18 @@ usage() {  # usage DESCRIPTION TEXT_IN_STDERR ARGS...
 
 usage "unknown flag" "--bogus" run --lock job --bogus -- true
 usage "unknown flag for status" "--nope" status --nope
-usage "missing --" "missing '--'" run --lock job true
-usage "missing -- with a flag-like argument" "missing '--'" run --lock job ls -l
-usage "nothing after --" "no command after '--'" run --lock job --
+usage "-c and a command after --" "-c" run --lock job -c 'echo hi' -- true
+usage "-c and a command without --" "-c" run --lock job -c 'echo hi' true
+usage "unknown flag before a command without --" "--bogus" run --lock job --bogus true
 usage "missing --lock" "--lock" run -- true
 usage "threshold not a number" "'abc' is not a number" run --lock job --alert-threshold abc -- true
 usage "threshold nan" "'nan' is not a number" run --lock job --stale-threshold nan -- true
 usage "threshold inf" "'inf' is not a number" status --alert-threshold inf
 usage "negative grace" "--grace" run --lock job --grace=-1 -- true
 usage "timeout not a number" "--timeout" run --lock job --wait --timeout soon -- true
-usage "--timeout without --wait" "--wait" run --lock job --timeout 5 -- true
+usage "-n with --wait" "--wait" run --lock job -n --wait -- true
+usage "-n with -w" "--no-wait" run --lock job -w 5 -n -- true
+usage "-w not a number" "--timeout" run --lock job -w soon -- true
 usage "thresholds out of order" "--alert-threshold (20s) must be < --stale-threshold (5s)" \
   run --lock job --alert-threshold 20 --stale-threshold 5 -- true
 usage "heartbeat not below alert" "--heartbeat-interval (40s) must be < --alert-threshold (30s)" \
@@ -45,6 +47,21 @@ expect 0 "schema" "$PGMUTEX" schema --table "$TABLE"
 name64=$(printf 'é%.0s' {1..64})
 expect 0 "64 two-byte characters are a valid lock name" "$PGMUTEX" status --table "$TABLE" "$name64"
 
+# A command without "--": the first word that is not run's starts it, and
+# every word after it is the command's, options included.
+expect 0 "a command without --" pgm run --lock job echo hello
+equal "$(cat "$OUT")" "hello" "the command ran"
+expect 0 "options after the command word are the command's" pgm run --lock job -q printf '%s\n' --wait -q -w 5
+equal "$(cat "$OUT" | tr '\n' ' ')" "--wait -q -w 5 " "the command got --wait -q -w 5"
+expect 0 "an option's value is not the command" pgm run --lock job --grace 3 -E 0 echo "$TABLE"
+equal "$(cat "$OUT")" "$TABLE" "--grace 3 -E 0 stayed pgmutex's"
+expect 0 "-- still works" pgm run --lock job -- echo -q
+equal "$(cat "$OUT")" "-q" "the word after -- is the command's"
+# -c STRING runs sh -c STRING, as flock -c.
+expect 0 "-c runs sh -c" pgm run --lock job -c 'echo "$PGMUTEX_LOCK" | tr j J; exit 0'
+equal "$(cat "$OUT")" "Job" "-c ran the string in sh with the lock's environment"
+expect 3 "-c gives the string's exit code" pgm run --lock job -c 'exit 3'
+
 # Usage errors come before any connection attempt.
 PGHOST=/nonexistent PGPORT=1 expect 64 "usage error wins over an unreachable server" \
   "$PGMUTEX" run --lock job --bogus -- true
@@ -64,6 +81,32 @@ contains "$OUT" "pgmutex schema" "schema --help example"
 for flag in --lock --wait --timeout --alert-threshold --stale-threshold --heartbeat-interval --grace --table; do
   contains "$OUT" "$flag" "run --help lists $flag"
 done
+
+# pgmutex help SUBCOMMAND: what SUBCOMMAND --help prints.
+"$PGMUTEX" run --help >"$WORK/run-help"
+expect 0 "help run" "$PGMUTEX" help run
+equal "$(cat "$OUT")" "$(cat "$WORK/run-help")" "help run prints what run --help prints"
+expect 0 "help status" "$PGMUTEX" help status
+contains "$OUT" "pgmutex status" "help status prints status's help"
+expect 0 "help" "$PGMUTEX" help
+contains "$OUT" "Exit codes" "help alone prints the overview"
+equal "$(cat "$OUT")" "$("$PGMUTEX" --help)" "help prints what --help prints"
+usage "help of an unknown subcommand" "frobnicate" help frobnicate
+
+# The usage line names --lock and --, and the -c and no-command forms.
+contains "$WORK/run-help" "Usage: pgmutex run --lock NAME [OPTIONS] [--] COMMAND [ARGS...]" "run's usage names --lock and --"
+contains "$WORK/run-help" "pgmutex run --lock NAME [OPTIONS] -c STRING" "run's usage gives the -c form"
+
+# Help is wrapped at the width: the terminal's, else $COLUMNS, else 80.
+# (The descriptions are wrapped; a flag's name with its default stays whole.)
+description_lines() { sed -n '/^Options:/,/^The command gets/p' "$1" | grep -E '^ {30}'; }
+COLUMNS=60 "$PGMUTEX" run --help >"$WORK/help60"
+equal "$(description_lines "$WORK/help60" | awk 'length > 60' | head -3)" "" "COLUMNS=60: no description line is longer than 60"
+COLUMNS=200 "$PGMUTEX" run --help >"$WORK/help200"
+matches "$WORK/help200" "print only what changes the exit code.*no warning for heartbeats retried after a restart" "COLUMNS=200: --quiet's help on one line"
+env -u COLUMNS "$PGMUTEX" run --help >"$WORK/help80"
+equal "$(description_lines "$WORK/help80" | awk 'length > 80' | head -3)" "" "no COLUMNS, not a terminal: wrapped at 80"
+lacks "$WORK/help80" "print only what changes the exit code, and a lost lock: nothing when the lock is taken" "at 80 --quiet's help is wrapped"
 
 expect 0 "--version" "$PGMUTEX" --version
 if [[ -n "$EXPECTED_VERSION" ]]; then
