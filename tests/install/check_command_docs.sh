@@ -93,6 +93,6 @@ done
   fail "'pgmutex run --statement-mode <TAB>' gives '$(complete_words run --statement-mode '' | tr '\n' ' ')'"
 [ "$(complete_words run --wait --ti)" = --timeout ] ||
   fail "'pgmutex run --wait --ti<TAB>' gives '$(complete_words run --wait --ti)': a flag taken for a flag with a value?"
-complete_words run --lock x -- ech | grep -qx echo ||
+complete_words run --lock x -- ech | grep -x echo >/dev/null ||  # -q would end the pipe early: SIGPIPE under pipefail
   fail "'pgmutex run --lock x -- ech<TAB>' does not offer echo"
 echo "completion: 'pgmutex ru<TAB>' is run, 'r<TAB>' lists run and release; flag values and the command after -- complete"
