@@ -9,12 +9,11 @@
 
 namespace pgmutex {
 
-// `[schema.]table`, each part as psql reads an identifier:
-//  - unquoted: a letter or underscore, then letters, digits, underscores or
-//    dollar signs (non-ASCII letters too), ASCII folded to lower case
-//    (`Locks.Jobs` is `locks.jobs`);
-//  - double-quoted: any characters but NUL, case kept, two double quotes for
-//    one (`"lock-table"`, `"Locks"`).
+// A name of the form schema.table or table, each part read as psql reads an
+// identifier. Unquoted: a letter or underscore, then letters, digits,
+// underscores or dollar signs (non-ASCII letters too), with ASCII folded to
+// lower case, so Locks.Jobs is locks.jobs. Double-quoted: any characters but
+// NUL, case kept, a doubled double quote for one, as in "lock-table".
 // The whole is valid UTF-8. Each part is at most 63 bytes once read: Postgres would cut a longer one
 // short, so it is refused instead. No schema: the search_path's first.
 struct TableName {
