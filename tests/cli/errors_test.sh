@@ -94,6 +94,26 @@ long63="t$$_$(printf 'n%.0s' {1..100})"
 long63=${long63:0:63}
 expect 0 "schema with a 63-byte table name" "$PGMUTEX" schema --table "$long63"
 expect 0 "run on it" "$PGMUTEX" run --table "$long63" --lock a -- true
+# A 58-byte table made by an earlier pgmutex: Postgres had cut its sequence's
+# name short. schema refuses to start a second sequence (fences would restart
+# at 1) and names the one to rename; renamed, fences go on from where they were.
+old58="o$$_$(printf 'o%.0s' {1..60})"
+old58=${old58:0:58}
+cut_seq="${old58}_fence_seq"
+cut_seq=${cut_seq:0:63}
+psql_admin "CREATE SEQUENCE \"$cut_seq\" START 500; CREATE TABLE \"$old58\" (lock_name VARCHAR(64) NOT NULL,
+  locked INT NOT NULL DEFAULT 1, instance_id VARCHAR(64) NOT NULL, last_heartbeat TIMESTAMPTZ NOT NULL,
+  acquired_at TIMESTAMPTZ NOT NULL, fence BIGINT NOT NULL DEFAULT nextval('\"$cut_seq\"'),
+  CONSTRAINT \"uq_o$$\" UNIQUE (locked, lock_name))"
+expect 76 "schema on a table whose sequence an older pgmutex let Postgres cut short: 76" "$PGMUTEX" schema --table "$old58"
+contains "$ERR" "has fences but no sequence" "says the derived sequence is missing"
+contains "$ERR" "$cut_seq" "names the sequence its fences come from"
+derived=$(grep -o 'rename that sequence to "[^"]*"' "$ERR" | sed 's/.*to "//; s/"$//')
+psql_admin "ALTER SEQUENCE \"$cut_seq\" RENAME TO \"$derived\""
+expect 0 "schema after the rename the message names" "$PGMUTEX" schema --table "$old58"
+"$PGMUTEX" run --table "$old58" --lock a -- sh -c 'echo "$PGMUTEX_FENCE" >"$0"' "$WORK/old58.fence" >/dev/null 2>&1
+(( $(cat "$WORK/old58.fence") >= 500 )) && pass "fences go on from the old sequence ($(cat "$WORK/old58.fence"))" ||
+  fail "fence after the rename: $(cat "$WORK/old58.fence")"
 # Two 62-byte names with a common 61-byte prefix: each its own constraint and sequence.
 prefix="${long63:0:61}"
 expect 0 "schema: a 62-byte name" "$PGMUTEX" schema --table "${prefix}_a"
