@@ -16,6 +16,7 @@ namespace pgmutex {
 
 namespace detail {
 struct AsyncAccess;  // see basic_mutex.hpp
+struct AcquireWait;  // see detail/acquire_wait.hpp
 }  // namespace detail
 
 // Who held the lock when an acquire did not get it.
@@ -120,6 +121,7 @@ class BasicGuard {
  private:
   friend State;
   friend struct detail::AsyncAccess;
+  friend struct detail::AcquireWait;
 
   BasicGuard(State* state, std::uint64_t generation, Fence fence) noexcept
       : state_(state), generation_(generation), fence_(fence) {}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where pgmutex connects (--dsn, PGMUTEX_DSN, PG*), an unreachable server (69),
-# a refused login (77),
+# a refused login (77), a multi-host DSN whose first host never answers (each
+# host has its own connect budget, so the second serves),
 # and that no output ever shows a password.
 source "$(dirname "$0")/lib.sh" "$@"
 
@@ -55,6 +56,27 @@ PGMUTEX_DSN="$kw_dsn" expect 0 "PGMUTEX_DSN with a password" pgm status; keep
 expect 0 "no DSN at all: the PG* environment" pgm status
 PGPORT=1 expect 69 "no DSN: PGPORT is honoured" pgm status; keep
 PGHOST=$tcp PGUSER=$role PGPASSWORD=$wrong expect 77 "PGPASSWORD, wrong" pgm status; keep
+
+# --- a multi-host DSN whose first host never answers: the second serves ----------
+# The first host is a frozen proxy (TCP accepted, nothing answered). Each host
+# has its own connect budget (the DSN's connect_timeout, else pgmutex's), so
+# the first cannot use up the second's; before, every run failed (69).
+start_fault_proxy
+proxy_mode freeze
+multi_kw="host=127.0.0.1,$tcp port=$proxy_port,$PGPORT dbname=$PGDATABASE user=$role password=$secret connect_timeout=3"
+multi_uri="postgresql://$role:$secret@127.0.0.1:$proxy_port,$tcp:$PGPORT/$PGDATABASE"
+expect 0 "run, first host frozen: the second serves (keyword DSN)" \
+  pgm run --lock multi --dsn "$multi_kw" -- echo ran-on-the-second-host; keep
+contains "$OUT" "ran-on-the-second-host" "the command ran (keyword DSN)"
+expect 0 "run, first host frozen: the second serves (URI DSN, pgmutex's own budget)" \
+  pgm run --lock multi --dsn "$multi_uri" -- echo ran-on-the-second-host; keep
+contains "$OUT" "ran-on-the-second-host" "the command ran (URI DSN)"
+expect 0 "status, first host frozen" pgm status --dsn "$multi_kw"; keep
+mismatched="host=127.0.0.1,$tcp port=$proxy_port,$PGPORT,1 dbname=$PGDATABASE"
+expect 64 "a multi-host DSN whose ports do not pair with its hosts: a usage error" \
+  pgm run --lock multi --dsn "$mismatched" -- true; keep
+contains "$ERR" "lists 3 ports for 2 host(s): give one port, or one per host" "the message names the rule"
+proxy_mode pass
 
 # --- never a password ------------------------------------------------------------
 lacks "$all_output" "$secret" "no output showed the password"

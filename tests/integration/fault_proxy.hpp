@@ -61,6 +61,9 @@ class FaultProxy {
     return "host=127.0.0.1 port=" + port_ + " dbname=" + s.database + " user=" + s.user;
   }
 
+  // The port it listens on (127.0.0.1), for a DSN of one's own (a multi-host one).
+  [[nodiscard]] const std::string& port() const noexcept { return port_; }
+
   // pass | delay MS | reset | freeze | drop-after-listen; returns once the proxy applies it.
   void set(const std::string& mode) { (void)ask(mode); }
 

@@ -13,7 +13,12 @@
 //            the lock across the failover, and even the bare sequence goes
 //            on. With failover_grace = 0 a free lock is granted at once; with
 //            the default the grace applies there too.
-// Each run fails over once: run one tag per server pair (meson does).
+//   [multihost] no failover: the standby listed first, a DSN with
+//            target_session_attrs=read-write lands on the primary (keyword
+//            and URI form, a Mutex and a Session); without it, a write on the
+//            standby is refused with a message that names the setting.
+// Each run fails over once: run one tag per server pair (meson does), the
+// tests that fail over none first (Catch2 runs them in declaration order).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +29,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "pgmutex/session.hpp"
 #include "pgmutex/testing/recording_metrics.hpp"
 #include "support.hpp"
 
@@ -247,6 +253,58 @@ TEST_CASE("a role that may not read pg_control_system(): identity unknown, every
   REQUIRE(b.heartbeat(key));  // on a fresh connection: a new history, as the server would not say who it is
   CHECK(b.history() == 1);
   REQUIRE(b.release(key));
+}
+
+TEST_CASE("a multi-host DSN whose first host is a standby: target_session_attrs=read-write lands on the primary",
+          "[failover][multihost]") {
+  const Pair pair;
+  const Server s = server();
+  const std::string table = fresh_table("multihost_standby");
+  REQUIRE(PostgresBackend("").create_schema(table));
+  wait_for_standby(pair);  // the table is on the standby too: only its read-only-ness can refuse
+  REQUIRE(on(pair.standby_dsn(), "SELECT pg_is_in_recovery()")[0][0].as<bool>());
+  const std::string standby_first = "host=" + s.tcp_host + "," + s.tcp_host + " port=" + pair.standby_port + "," +
+                                    s.port + " dbname=" + s.database + " user=" + s.user;
+  const std::string standby_first_uri = "postgresql://" + s.user + "@" + s.tcp_host + ":" + pair.standby_port + "," +
+                                        s.tcp_host + ":" + s.port + "/" + s.database;
+  const auto held_on_primary = [&](const std::string& lock) {
+    return admin("SELECT count(*) FROM " + table + " WHERE lock_name = '" + lock + "'")[0][0].as<int>() == 1;
+  };
+
+  SECTION("a Mutex, keyword form") {
+    pgmutex::Mutex mutex(PostgresBackend(standby_first + " target_session_attrs=read-write", quick_reconnects()),
+                         options(table, "keyword", "multihost"));
+    auto guard = mutex.try_acquire();
+    REQUIRE(guard);
+    CHECK(held_on_primary("keyword"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("a Mutex, URI form") {
+    pgmutex::Mutex mutex(PostgresBackend(standby_first_uri + "?target_session_attrs=read-write", quick_reconnects()),
+                         options(table, "uri", "multihost"));
+    auto guard = mutex.try_acquire();
+    REQUIRE(guard);
+    CHECK(held_on_primary("uri"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("a Session") {
+    pgmutex::SessionOptions so;
+    so.postgres = quick_reconnects();
+    auto session = pgmutex::Session::create(standby_first + " target_session_attrs=read-write", so);
+    pgmutex::SessionMutex mutex(session->backend(), options(table, "session", "multihost"));
+    auto guard = mutex.try_acquire();
+    REQUIRE(guard);
+    CHECK(held_on_primary("session"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("without target_session_attrs the standby is taken, and the refusal names the setting") {
+    pgmutex::Mutex mutex(PostgresBackend(standby_first, quick_reconnects()), options(table, "any", "multihost"));
+    auto refused = mutex.try_acquire(pgmutex::nothrow);
+    REQUIRE_FALSE(refused);
+    INFO(refused.error().message());
+    CHECK(refused.error().message().find("target_session_attrs=read-write") != std::string::npos);
+    CHECK_FALSE(held_on_primary("any"));
+  }
 }
 
 TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grace keeps a rival out meanwhile, "

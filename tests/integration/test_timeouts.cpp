@@ -3,11 +3,17 @@
 // froze (TCP open, nothing answered) all end in an error within the
 // operation's timeout instead of blocking. Timings are not asserted tightly
 // (these machines are noisy): a watchdog fails the test instead of hanging it.
+// [multihost]: a multi-host DSN whose first host froze gives each host its
+// own share of the connect budget, so the second serves.
+#include <cstdlib>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "fault_proxy.hpp"
+#include "host_attempts.hpp"
 #include "pgmutex/postgres_pool.hpp"
+#include "pgmutex/session.hpp"
 #include "support.hpp"
 
 using namespace itest;
@@ -217,4 +223,181 @@ TEST_CASE("the fault proxy itself: reset breaks the connection, delay only slows
   CHECK(broken.error() == Errc::backend_unavailable);
   proxy.set("pass");
   CHECK(b.inspect(LockRef{table, "job"}));
+}
+
+namespace {
+
+// Two hosts: the frozen proxy first, the real server (over TCP) second.
+std::string frozen_first_keyword(const FaultProxy& frozen) {
+  const Server s = server();
+  return "host=127.0.0.1," + s.tcp_host + " port=" + frozen.port() + "," + s.port + " dbname=" + s.database +
+         " user=" + s.user;
+}
+std::string frozen_first_uri(const FaultProxy& frozen) {
+  const Server s = server();
+  return "postgresql://" + s.user + "@127.0.0.1:" + frozen.port() + "," + s.tcp_host + ":" + s.port + "/" +
+         s.database;
+}
+
+// Sets an environment variable for a scope, then puts back what was there
+// (PGHOST and PGPORT point at the test's server).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// 4 s per host; the operation's own bound leaves room for both shares.
+PostgresOptions four_seconds_per_host() {
+  PostgresOptions po;
+  po.connect_timeout = 4s;
+  po.default_timeout = 9s;
+  po.reconnect_attempts = 1;
+  return po;
+}
+
+}  // namespace
+
+TEST_CASE("a multi-host DSN whose first host never answers: each host has its own connect budget, the second serves",
+          "[timeouts][multihost]") {
+  // Before each host had its own share, the frozen first host used up the
+  // whole connect budget and every connect failed on time, the second host
+  // never tried.
+  const std::string table = fresh_table("multihost");
+  REQUIRE(PostgresBackend("").create_schema(table));
+  FaultProxy frozen;
+  frozen.set("freeze");  // accepts TCP, answers nothing: libpq waits for its SSL or start-up answer
+  const auto thaw = [&] { frozen.set("reset"); };
+  const auto held_on_server = [&](const std::string& lock) {
+    return admin("SELECT count(*) FROM " + table + " WHERE lock_name = '" + lock + "'")[0][0].as<int>() == 1;
+  };
+
+  SECTION("a Mutex, keyword form") {
+    pgmutex::Mutex mutex(PostgresBackend(frozen_first_keyword(frozen), four_seconds_per_host()),
+                         options(table, "keyword", "multihost"));
+    auto guard = bounded([&] { return mutex.try_acquire(); }, thaw);
+    REQUIRE(guard);
+    CHECK(held_on_server("keyword"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("a Mutex, URI form") {
+    pgmutex::Mutex mutex(PostgresBackend(frozen_first_uri(frozen), four_seconds_per_host()),
+                         options(table, "uri", "multihost"));
+    auto guard = bounded([&] { return mutex.try_acquire(); }, thaw);
+    REQUIRE(guard);
+    CHECK(held_on_server("uri"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("a Session") {
+    pgmutex::SessionOptions so;
+    so.postgres = four_seconds_per_host();
+    auto session = pgmutex::Session::create(frozen_first_keyword(frozen), so);
+    pgmutex::SessionMutex mutex(session->backend(), options(table, "session", "multihost"));
+    auto guard = bounded([&] { return mutex.try_acquire(); }, thaw);
+    REQUIRE(guard);
+    CHECK(held_on_server("session"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("the DSN's own connect_timeout is each host's share, as in libpq") {
+    PostgresOptions po = four_seconds_per_host();
+    po.connect_timeout = 30s;  // alone, the frozen host's share would outlast the operation
+    pgmutex::Mutex mutex(PostgresBackend(frozen_first_keyword(frozen) + " connect_timeout=2", po),
+                         options(table, "own_timeout", "multihost"));
+    auto guard = bounded([&] { return mutex.try_acquire(); }, thaw);
+    REQUIRE(guard);
+    CHECK(held_on_server("own_timeout"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("per-host budgets longer than the operation: the time left is shared, so the second host is tried") {
+    PostgresOptions po = four_seconds_per_host();
+    po.connect_timeout = 30s;  // the acquire's own bound (heartbeat_timeout, 10 s here) ends sooner
+    pgmutex::Mutex mutex(PostgresBackend(frozen_first_keyword(frozen), po), options(table, "shared", "multihost"));
+    auto guard = bounded([&] { return mutex.try_acquire(); }, thaw);
+    REQUIRE(guard);
+    CHECK(held_on_server("shared"));
+    CHECK(guard.release(pgmutex::nothrow));
+  }
+  SECTION("both hosts frozen: the failure names each host and its share") {
+    PostgresOptions po = four_seconds_per_host();
+    po.connect_timeout = 2s;
+    const Server s = server();
+    PostgresBackend both("host=127.0.0.1,127.0.0.1 port=" + frozen.port() + "," + frozen.port() + " dbname=" +
+                             s.database + " user=" + s.user,
+                         po);
+    auto connected = bounded([&] { return both.connect(); }, thaw);
+    REQUIRE_FALSE(connected);
+    INFO(connected.error().message());
+    CHECK(connected.error() == Errc::backend_unavailable);
+    CHECK(connected.error().message().find("host 127.0.0.1 port " + frozen.port()) != std::string::npos);
+    CHECK(connected.error().message().find("its share of the connect budget, 2 s, ran out") != std::string::npos);
+  }
+}
+
+TEST_CASE("a multi-host DSN becomes one attempt per host, in libpq's order and pairing",
+          "[timeouts][multihost][dsn]") {
+  using pgmutex::postgres_detail::host_attempts;
+  SECTION("one host: the string as it is") {
+    const auto attempts = host_attempts("host=db port=5432 dbname=app");
+    REQUIRE(attempts.size() == 1);
+    CHECK(attempts[0].conninfo == "host=db port=5432 dbname=app");
+  }
+  SECTION("keyword form: each host with its port, everything else kept") {
+    const auto attempts = host_attempts("host=a,b port=1,2 dbname=app password='it\\'s' target_session_attrs=read-write");
+    REQUIRE(attempts.size() == 2);
+    CHECK(attempts[0].conninfo == "host='a' port='1' dbname='app' password='it\\'s' target_session_attrs='read-write'");
+    CHECK(attempts[1].conninfo == "host='b' port='2' dbname='app' password='it\\'s' target_session_attrs='read-write'");
+    CHECK(attempts[1].server == "host b port 2");
+  }
+  SECTION("URI form, one port for all, an empty host entry (libpq's default)") {
+    const auto uri = host_attempts("postgresql://me@a:7,b:8/app");
+    REQUIRE(uri.size() == 2);
+    CHECK(uri[1].conninfo == "host='b' port='8' dbname='app' user='me'");
+    const auto shared = host_attempts("host=a,,c port=9");
+    REQUIRE(shared.size() == 3);
+    CHECK(shared[1].conninfo == "host='' port='9'");
+    CHECK(shared[2].conninfo == "host='c' port='9'");
+  }
+  SECTION("prefer-standby: every host as a standby first, then as any server") {
+    const auto attempts = host_attempts("host=a,b port=5 target_session_attrs=prefer-standby");
+    REQUIRE(attempts.size() == 4);
+    CHECK(attempts[0].conninfo == "host='a' port='5' target_session_attrs='standby'");
+    CHECK(attempts[1].conninfo == "host='b' port='5' target_session_attrs='standby'");
+    CHECK(attempts[2].conninfo == "host='a' port='5' target_session_attrs='any'");
+    CHECK(attempts[3].conninfo == "host='b' port='5' target_session_attrs='any'");
+  }
+  SECTION("the host list from PGHOST when the DSN names none, the port from PGPORT") {
+    ScopedEnv hosts("PGHOST", "x,y");
+    ScopedEnv port("PGPORT", "6");
+    const auto attempts = host_attempts("dbname=app");
+    REQUIRE(attempts.size() == 2);
+    CHECK(attempts[1].conninfo == "host='y' port='6' dbname='app'");
+  }
+}
+
+TEST_CASE("a multi-host DSN whose lists do not pair up: invalid_argument, naming the input and the rule",
+          "[timeouts][multihost][dsn]") {
+  for (const std::string dsn : {"host=a,b port=1,2,3", "postgresql:///app?host=a,b&port=1,2,3",
+                                "host=a,b hostaddr=127.0.0.1"}) {
+    INFO(dsn);
+    auto connected = PostgresBackend(dsn).connect();
+    REQUIRE_FALSE(connected);
+    INFO(connected.error().message());
+    CHECK(connected.error() == Errc::invalid_argument);
+    CHECK(connected.error().message().find(dsn.find("hostaddr") != std::string::npos ? "hostaddr='127.0.0.1'"
+                                                                                    : "port='1,2,3'") !=
+          std::string::npos);
+    CHECK(connected.error().message().find(" per host") != std::string::npos);
+  }
 }

@@ -9,6 +9,7 @@
 
 #include "backend_impl.hpp"
 #include "dsn.hpp"
+#include "host_attempts.hpp"
 #include "pooled_session.hpp"
 #include "statement_values.hpp"
 
@@ -70,8 +71,10 @@ std::string this_host() {
 
 PostgresBackend::Impl::Impl(const std::string& dsn, PostgresOptions opts)
     : dsn(dsn), redacted(redact_dsn(dsn)), secrets(secrets_of(dsn)), options(opts) {
+  PostgresOptions own_options = opts;
+  own_options.connect_timeout = connect_timeout_per_host(dsn, opts.connect_timeout);
   own.emplace(with_network_timeout(with_connect_timeout(dsn, opts.connect_timeout), opts.network_timeout),
-              redacted, secrets, opts);
+              redacted, secrets, own_options);
 }
 
 PostgresBackend::Impl::Impl(std::shared_ptr<ConnectionSource> source, PostgresOptions opts)

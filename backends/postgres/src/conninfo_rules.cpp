@@ -102,13 +102,20 @@ std::optional<std::string> conninfo_value_error(const std::string& conninfo) {
     if (const std::string* value = value_of(keyword); value != nullptr && !value->empty() && !is_integer(*value, ignored))
       return std::string(keyword) + "=" + quoted(*value) + " is not an integer";
   }
+  const auto count = [](const std::string& list) { return std::count(list.begin(), list.end(), ',') + 1; };
+  // A multi-host list pairs its entries by position: one hostaddr per host.
+  const std::string* names = value_of("host");
+  const std::string* addresses = value_of("hostaddr");
+  if (names != nullptr && addresses != nullptr && !names->empty() && !addresses->empty() &&
+      count(*names) != count(*addresses))
+    return "host=" + quoted(*names) + " lists " + std::to_string(count(*names)) + " host(s) but hostaddr=" +
+           quoted(*addresses) + " lists " + std::to_string(count(*addresses)) +
+           ": give one hostaddr per host, in the same order";
   const std::string* ports = value_of("port");
   if (ports == nullptr) return std::nullopt;
   if (auto error = port_error(*ports)) return error;
   // One port for every host, or one for all of them.
-  const std::string* hosts = value_of("host");
-  if (hosts == nullptr) hosts = value_of("hostaddr");
-  const auto count = [](const std::string& list) { return std::count(list.begin(), list.end(), ',') + 1; };
+  const std::string* hosts = addresses != nullptr && !addresses->empty() ? addresses : names;
   const auto host_count = hosts != nullptr ? count(*hosts) : 1;
   if (count(*ports) != 1 && count(*ports) != host_count)
     return "port=" + quoted(*ports) + " lists " + std::to_string(count(*ports)) + " ports for " +

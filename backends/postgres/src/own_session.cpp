@@ -11,6 +11,7 @@
 #include "conninfo_rules.hpp"
 #include "dsn.hpp"
 #include "error_mapping.hpp"
+#include "host_attempts.hpp"
 
 namespace pgmutex::postgres_detail {
 namespace {
@@ -86,6 +87,12 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
   }
   if (auto refused = conninfo_value_error(conninfo_))
     return fail(Errc::invalid_argument, "invalid connection string '" + redacted_ + "': " + scrub(*refused, secrets_));
+  // Each host of a multi-host string gets options_.connect_timeout of its own
+  // (the callers set it from the DSN's connect_timeout, libpq's per-host
+  // meaning), or an even share of the time left if that is shorter: a first
+  // host that never answers cannot starve the second (host_attempts.hpp).
+  const std::vector<HostAttempt> hosts = host_attempts(conninfo_);
+  const auto per_host = options_.connect_timeout;
   auto delay = options_.reconnect_backoff;
   const int attempts = std::max(1, options_.reconnect_attempts);
   std::string last;
@@ -97,8 +104,11 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
       delay *= 2;
     }
     ++made;
-    const Deadline connect_by = std::min(deadline, std::chrono::steady_clock::now() + options_.connect_timeout);
-    auto opened = PqConnection::open(conninfo_, connect_by);
+    const Deadline connect_by =
+        per_host > std::chrono::nanoseconds::zero()
+            ? std::min(deadline, std::chrono::steady_clock::now() + per_host * static_cast<long>(hosts.size()))
+            : deadline;
+    auto opened = open_first(hosts, per_host, deadline);
     if (opened) {
       // Which server this is: a failover to a standby (a new timeline) or
       // another cluster shows as a new history.

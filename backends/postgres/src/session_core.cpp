@@ -11,8 +11,18 @@
 #include <system_error>
 
 #include "dsn.hpp"
+#include "host_attempts.hpp"
 
 namespace pgmutex::postgres_detail {
+namespace {
+
+// The connection's options, each host's connect budget read from the DSN (host_attempts.hpp).
+PostgresOptions own_options(const std::string& dsn, PostgresOptions options) {
+  options.connect_timeout = connect_timeout_per_host(dsn, options.connect_timeout);
+  return options;
+}
+
+}  // namespace
 
 SessionCore::SessionCore(std::string dsn, SessionOptions options)
     : dsn_(std::move(dsn)),
@@ -21,7 +31,7 @@ SessionCore::SessionCore(std::string dsn, SessionOptions options)
       options_(std::move(options)),
       own_(with_network_timeout(with_connect_timeout(dsn_, options_.postgres.connect_timeout),
                                 options_.postgres.network_timeout),
-           redacted_, secrets_, options_.postgres),
+           redacted_, secrets_, own_options(dsn_, options_.postgres)),
       wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "pgmutex::Session: eventfd");
   own_.hear_own_notifications();  // one mutex's release wakes another's waiters on the same connection

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <limits>
 #include <vector>
 #include <optional>
@@ -18,27 +17,12 @@
 #include <utility>
 
 #include "pgmutex/backend.hpp"
+#include "pgmutex/detail/grant_records.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
+#include "pgmutex/detail/unconfirmed_beats.hpp"
 #include "pgmutex/error.hpp"
 
 namespace pgmutex::detail {
-
-// What the world must be told after a lease ended by loss: the stop_source
-// to stop and the reason for the `lost` hook. Delivered outside every lock.
-struct LostNotice {
-  std::optional<std::stop_source> stop;
-  Error reason;
-};
-
-// Where a statement was answered: the server session (another after a
-// reconnect or a restart) and the server history (another after a failover
-// to a standby, or on another cluster: see BackendReportsHistory); for a
-// heartbeat, how it was committed (see BackendReportsDurability).
-struct ServerSession {
-  std::uint64_t session = 0;
-  std::uint64_t history = 0;
-  HeartbeatDurability durability{};
-};
 
 template <class TimePoint>
 class GrantBook {
@@ -76,7 +60,10 @@ class GrantBook {
   // its deadline answers "lost" at its first read after it resumes, whether
   // or not the lease timer has run yet.
 
-  [[nodiscard]] bool holds(time_point now) const noexcept {
+  [[nodiscard]] PGMUTEX_ALWAYS_INLINE bool holds(time_point now) const noexcept {
+    // Nothing held (or lost): due_ says so without the lock. Every try asks.
+    if (due_.load(std::memory_order_acquire) == std::numeric_limits<typename time_point::rep>::max()) [[likely]]
+      return false;
     LightLock lock(mutex_);
     return held_ && !lost_ && !past_deadline(now);
   }
@@ -169,7 +156,7 @@ class GrantBook {
     if (held_ && (lost_ || past_deadline(sent))) ended_lost_.push_back(generation_);  // its guard still answers lost()
     last_good_session_ = at.session;
     last_good_history_ = at.history;
-    if (!recent_.empty()) recent_.clear();  // a deque's clear() is a call even when empty
+    unconfirmed_.clear();
     held_ = true;
     lost_ = false;
     fence_ = fence;
@@ -283,7 +270,7 @@ class GrantBook {
         // carries our grant (instance, fence, token) on this server now, and
         // the backend committed it synchronously (BackendReportsHistory). The
         // lease counts from it alone.
-        recent_.clear();
+        unconfirmed_.clear();
         trusted_send_ = last_good_send_ = sent;
         last_good_session_ = at.session;
         last_good_history_ = at.history;
@@ -335,26 +322,10 @@ class GrantBook {
   }
 
   // Called with mutex_ held, for an asynchronous commit acknowledged at
-  // `answered` for a heartbeat sent at `sent`, answered in `at`. Its
-  // wal_before lies past the commit of every earlier heartbeat whose answer
-  // came before `sent` (the server had committed them when this one began),
-  // so it becomes their witness; every witness at or below its wal_flushed
-  // is on disk, and the lease counts from the newest such send. A backend
-  // that tells no WAL position (0) confirms nothing this way.
+  // `answered` for a heartbeat sent at `sent`, answered in `at`.
   void confirm(time_point sent, time_point answered, const ServerSession& at) {
-    if (at.session != last_good_session_) recent_.clear();  // a restart may have lost them: never confirmed
-    const HeartbeatDurability& wal = at.durability;
-    if (wal.wal_before != 0) {
-      for (Unconfirmed& u : recent_)
-        if (u.witness == 0 && u.answered <= sent) u.witness = wal.wal_before;
-      std::erase_if(recent_, [&](const Unconfirmed& u) {
-        if (u.witness == 0 || u.witness > wal.wal_flushed) return false;
-        trusted_send_ = std::max(trusted_send_, u.sent);
-        return true;
-      });
-    }
-    if (recent_.size() == max_recent) recent_.pop_front();  // spammed manual beats: keep the newest, stay conservative
-    recent_.push_back(Unconfirmed{sent, answered, 0});
+    if (at.session != last_good_session_) unconfirmed_.clear();  // a restart may have lost them: never confirmed
+    trusted_send_ = unconfirmed_.confirm(sent, answered, at.durability, trusted_send_);
   }
 
   // Called with mutex_ held.
@@ -422,14 +393,7 @@ class GrantBook {
   time_point last_good_send_{};        // send time of the last heartbeat (or acquire) the server accepted
   std::uint64_t last_good_session_ = 0;  // the server session that acknowledged last_good_send_
   std::uint64_t last_good_history_ = 0;  // the server history that acknowledged last_good_send_
-  // An acknowledged asynchronous heartbeat not yet known to be durable.
-  struct Unconfirmed {
-    time_point sent;
-    time_point answered;
-    std::uint64_t witness;  // a WAL position past its commit; 0: none yet
-  };
-  static constexpr std::size_t max_recent = 64;
-  std::deque<Unconfirmed> recent_;       // asynchronous: good sends of this session not yet confirmed durable
+  UnconfirmedBeats<time_point> unconfirmed_;  // asynchronous: good sends of this session not yet confirmed durable
   std::vector<std::uint64_t> ended_lost_;  // grants that ended lost while their guards live
   time_point trusted_send_{};          // the one the lease counts from: the last, or with asynchronous commits the last confirmed durable
   time_point next_beat_at_{};

@@ -123,13 +123,17 @@ class LockStatements {
   Attempt try_acquire(HeldHere&& held_here) {
     IoLock io(gate_);
     if (!io) return Attempt::failed(reentered().value());
-    if (auto fence = held_here(clock_.now()))
+    const time_point entered = clock_.now();
+    if (auto fence = held_here(entered))
       return Attempt::failed(Error(Errc::already_acquired, context() + " is already held through this object (fence " +
                                                                std::to_string(*fence) +
                                                                "); release it before acquiring again"));
     for (int tries = 0; tries < 2; ++tries) {
       const GrantToken token = next_token();
-      const time_point sent = clock_.now();
+      // When the statement went out, at the latest: the first try reuses the
+      // reading taken once the gate was ours (an earlier send time only
+      // shortens the lease the grant is given).
+      const time_point sent = tries == 0 ? entered : clock_.now();
       auto outcome = backend.try_acquire(
           AcquireRequest{lock_ref(), options_.instance_id, options_.stale_threshold, token, options_.heartbeat_timeout});
       if (outcome) {
@@ -172,7 +176,7 @@ class LockStatements {
   // row that may still be there is deleted by its token at the next contact,
   // not left to go stale; it is never adopted again: a grant that was
   // released keeps its fence to itself, and the next gets a higher one.
-  Result<void> release(const HolderKey& key) {
+  PGMUTEX_ALWAYS_INLINE Result<void> release(const HolderKey& key) {
     IoLock io(gate_);
     if (!io) [[unlikely]]
       return reentered();
@@ -216,7 +220,7 @@ class LockStatements {
     return backend.wait_for_release(lock_ref(), limit).has_value();
   }
 
-  HolderKey key_of(const typename GrantBook<time_point>::Grant& g) const noexcept {
+  PGMUTEX_ALWAYS_INLINE HolderKey key_of(const typename GrantBook<time_point>::Grant& g) const noexcept {
     return HolderKey{lock_ref(), options_.instance_id, g.fence, g.token, options_.heartbeat_timeout, g.durable};
   }
   LockRef lock_ref() const noexcept { return LockRef{options_.table, options_.lock_name}; }

@@ -23,6 +23,7 @@
 #include "pgmutex/clock.hpp"
 #include "pgmutex/error.hpp"
 #include "pgmutex/executor.hpp"
+#include "pgmutex/detail/acquire_wait.hpp"
 #include "pgmutex/detail/grant_book.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/detail/lock_statements.hpp"
@@ -83,7 +84,7 @@ class MutexState {
   Result<std::optional<LockRow>> inspect() { return io.inspect(); }
 
   // The statements under the I/O gate, then (the gate left) the book and the hooks.
-  Result<guard_type> try_acquire() {
+  PGMUTEX_ALWAYS_INLINE Result<guard_type> try_acquire() {
     announce_if_expired();  // a grant held past its deadline is over: said so before a new one begins
     return finish(io.try_acquire([this](time_point now) -> std::optional<Fence> {
       if (!book.holds(now)) [[likely]]
@@ -93,50 +94,9 @@ class MutexState {
     }));
   }
 
+  // Tries until granted, timed out or stopped (detail/acquire_wait.hpp).
   Result<guard_type> acquire(std::optional<duration> timeout, std::stop_token stop) {
-    const time_point start = clock.now();
-    for (;;) {
-      auto attempt = try_acquire();
-      const bool transient = !attempt && (attempt.error() == Errc::backend_unavailable ||
-                                          attempt.error() == Errc::outcome_unknown);
-      if (!attempt && !transient) return attempt;
-      if (attempt && *attempt) return attempt;
-
-      duration wait = BackendWatchesLocks<B> ? watch_without_timeout : options.poll_interval;
-      if (timeout) {
-        const duration left = *timeout - std::chrono::duration_cast<duration>(clock.now() - start);
-        if (left <= duration::zero()) {
-          if (!attempt) return attempt;  // the backend never answered: say so, not "timeout"
-          return guard_type(Errc::timeout, std::move(attempt->holder_));
-        }
-        wait = std::min(wait, left);
-      }
-      if (stop.stop_requested()) return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
-      bool waited = false;
-      // Refused by a failover grace: no release will come, and a backend
-      // that polls would see the lock free at once: sleep through it.
-      const bool grace = attempt && attempt->holder() && attempt->holder()->failover_grace_left_s > 0;
-      if constexpr (BackendWatchesLocks<B>) {
-        // A backend that hears of every release for all its waiters at
-        // once: sleep until it says the lock may be free (a release, the
-        // holder's stale deadline, a re-check), not one poll_interval.
-        if (attempt && !grace) {
-          const duration limit = timeout ? wait : watch_without_timeout;
-          auto woke = io.backend.wait_until_free(watch_of(*attempt), limit, stop);
-          if (stop.stop_requested()) return guard_type(Errc::cancelled, std::move(attempt->holder_));
-          waited = woke.has_value();
-        }
-      } else if constexpr (BackendWaitsForRelease<B>) {
-        if (!grace) {
-          auto woke = io.wait_for_release(wait);
-          if (!woke) return tl::unexpected(std::move(woke.error()));
-          waited = *woke;
-        }
-      }
-      // No way to be told of a release, or it failed just now: sleep through the poll interval.
-      if (!waited && executor.wait_for(std::min(wait, options.poll_interval), stop))
-        return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
-    }
+    return AcquireWait::run(*this, timeout, std::move(stop));
   }
 
   Result<void> release_current() {
@@ -149,15 +109,6 @@ class MutexState {
     const auto current = book.held_generation();
     if (!current) return fail(Errc::lock_not_held, io.context() + " is not held through this object");
     return heartbeat_grant(*current);
-  }
-
-  // What a waiter knows of the holder its last try met.
-  WatchRequest watch_of(const guard_type& refused) const {
-    WatchRequest w{io.lock_ref(), options.stale_threshold, std::nullopt};
-    if (refused.holder())
-      w.holder_stale_in =
-          std::max(duration::zero(), options.stale_threshold - io.age(refused.holder()->seconds_since_heartbeat));
-    return w;
   }
 
   // Some thread is inside a statement of this mutex (see IoGate::busy).
@@ -184,7 +135,7 @@ class MutexState {
     return result;
   }
 
-  Result<void> release_grant(std::uint64_t which) {
+  PGMUTEX_ALWAYS_INLINE Result<void> release_grant(std::uint64_t which) {
     announce_if_expired();
     auto ended = book.end(which);
     if (!ended) {
@@ -207,9 +158,6 @@ class MutexState {
   friend guard_type;
 
  private:
-  // A watching backend wakes a waiter when the lock may be free; without a
-  // timeout, the waiter still looks again this often.
-  static constexpr duration watch_without_timeout = std::chrono::hours(1);
   static constexpr std::chrono::milliseconds retry_base{100};
 
   ~MutexState() = default;  // every owner is gone: io removes rows an acquire in doubt may have left
@@ -239,7 +187,7 @@ class MutexState {
 
   // Outside every lock: the grant is entered in the book, the wake-up is
   // armed, and the hooks run.
-  Result<guard_type> finish(typename LockStatements<B, C>::Attempt a) {
+  PGMUTEX_ALWAYS_INLINE Result<guard_type> finish(typename LockStatements<B, C>::Attempt a) {
     using Kind = typename LockStatements<B, C>::Attempt::Kind;
     if (a.kind == Kind::failed) [[unlikely]]
       return tl::unexpected(std::move(*a.error));
@@ -250,7 +198,7 @@ class MutexState {
     }
     const time_point now = clock.now();
     const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session);
-    arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()));
+    arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()), now);
     if (!a.who.empty()) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, a.who);
     call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
     call_lease_renewed(metrics, options.lock_name, options.instance_id, since_epoch(a.sent + options.lease()));
@@ -339,7 +287,7 @@ class MutexState {
   // A lease whose deadline passed before the timer said so (a paused
   // process, a late timer thread) is declared lost now, and announced off
   // this thread, before anything acts on the grant.
-  void announce_if_expired() {
+  PGMUTEX_ALWAYS_INLINE void announce_if_expired() {
     if (auto notice = book.expire(clock.now())) post_lost(std::move(*notice), /*may_announce_here=*/true);
   }
 
@@ -396,8 +344,9 @@ class MutexState {
   // posts the beat. A wake-up no longer needed finds nothing to do and ends.
 
   // Makes sure a wake-up comes by `due`.
-  void arm_wakeup(time_point due) {
-    wakeups_.arm(executor, due, clock.now(), [this](std::uint64_t id) { return [this, id] { on_wakeup(id); }; });
+  void arm_wakeup(time_point due) { arm_wakeup(due, clock.now()); }
+  void arm_wakeup(time_point due, time_point now) {
+    wakeups_.arm(executor, due, now, [this](std::uint64_t id) { return [this, id] { on_wakeup(id); }; });
   }
 
   void on_wakeup(std::uint64_t id) {

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -28,17 +30,18 @@ class WakeupSchedule {
   // Makes sure a wake-up comes by `due`: schedules `make_task(id)` on the
   // executor unless a pending one comes no later. Nothing once closed. May
   // throw (no memory) before anything is scheduled, never after.
+  //
+  // Every grant arms one, and one is nearly always pending already: that
+  // case reads one atomic and takes no lock. A wake-up that is starting
+  // meanwhile is safe to miss: starting() drops it from earliest_ before it
+  // reads the book, and the grant was entered in the book before arm() was
+  // called, so it either sees the grant and arms for it, or its update of
+  // earliest_ (ordered before its book lock) is seen here.
   template <class Ex, class MakeTask>
-  void arm(Ex& executor, time_point due, time_point now, MakeTask&& make_task) {
-    LightLock lock(mutex_);
-    if (closing_) return;
-    for (const Wakeup& w : pending_)
-      if (!w.running && w.due <= due) return;
-    const std::uint64_t id = ++last_id_;
-    const auto delay = std::max(duration::zero(), std::chrono::duration_cast<duration>(due - now));
-    pending_.reserve(pending_.size() + 1);
-    const TaskId task = executor.schedule_after(delay, make_task(id));
-    pending_.push_back(Wakeup{id, task, due, false});
+  PGMUTEX_ALWAYS_INLINE void arm(Ex& executor, time_point due, time_point now, MakeTask&& make_task) {
+    if (due.time_since_epoch().count() >= earliest_.load(std::memory_order_acquire)) [[likely]]
+      return;
+    arm_locked(executor, due, now, std::forward<MakeTask>(make_task));
   }
 
   // A wake-up starts: false once closed (it must do nothing). Its entry
@@ -49,11 +52,13 @@ class WakeupSchedule {
     if (closing_) return false;
     for (Wakeup& w : pending_)
       if (w.id == id) w.running = true;
+    note_earliest();
     return true;
   }
   void finished(std::uint64_t id) noexcept {
     LightLock lock(mutex_);
     std::erase_if(pending_, [id](const Wakeup& w) { return w.id == id; });
+    note_earliest();
   }
 
   // No wake-up may be armed from now on; the pending ones are cancelled
@@ -65,6 +70,7 @@ class WakeupSchedule {
       LightLock lock(mutex_);
       closing_ = true;
       pending.swap(pending_);
+      note_earliest();
     }
     for (const Wakeup& w : pending) executor.cancel(w.task);
   }
@@ -86,12 +92,36 @@ class WakeupSchedule {
     time_point due;
     bool running;
   };
+  using rep = typename time_point::rep;
+
+  template <class Ex, class MakeTask>
+  PGMUTEX_NOINLINE void arm_locked(Ex& executor, time_point due, time_point now, MakeTask&& make_task) {
+    LightLock lock(mutex_);
+    if (closing_) return;
+    for (const Wakeup& w : pending_)
+      if (!w.running && w.due <= due) return;
+    const std::uint64_t id = ++last_id_;
+    const auto delay = std::max(duration::zero(), std::chrono::duration_cast<duration>(due - now));
+    pending_.reserve(pending_.size() + 1);
+    const TaskId task = executor.schedule_after(delay, make_task(id));
+    pending_.push_back(Wakeup{id, task, due, false});
+    note_earliest();
+  }
+
+  // Under mutex_: the earliest due of the pending wake-ups not yet running.
+  void note_earliest() noexcept {
+    rep earliest = std::numeric_limits<rep>::max();
+    for (const Wakeup& w : pending_)
+      if (!w.running) earliest = std::min(earliest, w.due.time_since_epoch().count());
+    earliest_.store(earliest, std::memory_order_release);
+  }
 
   LightMutex mutex_;
   std::vector<Wakeup> pending_;  // one, but for a moment after a re-grant
   std::uint64_t last_id_ = 0;
   bool closing_ = false;
   std::optional<LostNotice> unannounced_;
+  std::atomic<rep> earliest_{std::numeric_limits<rep>::max()};  // see note_earliest()
 };
 
 }  // namespace pgmutex::detail

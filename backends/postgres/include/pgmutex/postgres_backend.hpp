@@ -47,6 +47,18 @@ enum class StatementMode {
 };
 
 struct PostgresOptions {
+  // How long one host may take to connect (TCP, TLS, login, the
+  // target_session_attrs check), unless the DSN sets connect_timeout (or
+  // PGCONNECT_TIMEOUT does): then that, read as libpq reads it (whole seconds,
+  // at least 2; 0: no limit per host). Per host, as libpq's connect_timeout
+  // is: a multi-host DSN (host=a,b port=x,y, or postgresql://a:x,b:y/db) is
+  // tried host by host, each with this long of its own, so a first host that
+  // never answers costs this much and the next one is tried; all of them
+  // together take up to this times the number of hosts (twice that with
+  // target_session_attrs=prefer-standby, which tries every host twice).
+  // Never past the operation's own deadline: when that is nearer than the
+  // budgets of the hosts left, each of them gets an even share of the time
+  // left, so the last host is tried too.
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
   // A statement whose bytes the server does not acknowledge within this time
   // (a partition) fails instead of blocking, and a peer that vanished is found

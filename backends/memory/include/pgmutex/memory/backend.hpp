@@ -246,7 +246,7 @@ class MemoryBackend {
   }
 
   template <class Change>
-  Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
+  PGMUTEX_ALWAYS_INLINE Result<void> on_holder_row(const HolderKey& key, Change change) noexcept {
     server_->delay();
     if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, key.timeout) : std::nullopt) [[unlikely]]
       return tl::unexpected(std::move(*hung));

@@ -25,6 +25,8 @@
 #include "pgmutex/backend.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/error.hpp"
+#include "pgmutex/memory/fault_plan.hpp"
+#include "pgmutex/memory/hung_connections.hpp"
 #include "pgmutex/table_name.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 #include "pgmutex/testing/manual_executor.hpp"
@@ -35,11 +37,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
  public:
   using TimeSource = std::function<std::chrono::nanoseconds()>;
   using Sleeper = std::function<void(std::chrono::nanoseconds)>;
-  // How a hung statement waits: until `ready()` or its timeout (none: no
-  // limit); returns ready(). Real time blocks the thread; virtual time lets
-  // the simulation run meanwhile.
-  using HangWaiter =
-      std::function<bool(std::optional<std::chrono::nanoseconds> timeout, const std::function<bool()>& ready)>;
+  // How a hung statement waits (detail/hung_connections.hpp): real time
+  // blocks the thread; virtual time lets the simulation run meanwhile.
+  using HangWaiter = detail::HungConnections::Waiter;
 
   // Real time: the server clock is the steady clock; latency really sleeps,
   // and a hung statement blocks its thread until unhang() or its timeout.
@@ -48,15 +48,10 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     auto server = std::make_shared<MemoryServer>(
         [start] { return std::chrono::steady_clock::now() - start; },
         [](std::chrono::nanoseconds d) { std::this_thread::sleep_for(d); });
-    server->waiter_ = [raw = server.get()](std::optional<std::chrono::nanoseconds> timeout,
-                                            const std::function<bool()>& ready) {
-      std::unique_lock lock(raw->hang_mutex_);
-      if (!timeout) {
-        raw->unhung_.wait(lock, ready);
-        return true;
-      }
-      return raw->unhung_.wait_for(lock, *timeout, ready);
-    };
+    server->hung_.set_waiter([hung = &server->hung_](std::optional<std::chrono::nanoseconds> timeout,
+                                                     const std::function<bool()>& ready) {
+      return hung->wait_real_time(timeout, ready);
+    });
     return server;
   }
 
@@ -66,11 +61,12 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   static std::shared_ptr<MemoryServer> create(testing::ManualClock clock) {
     auto server = std::make_shared<MemoryServer>([clock] { return clock.now().time_since_epoch(); },
                                                  [clock](std::chrono::nanoseconds d) mutable { clock.advance(d); });
-    server->waiter_ = [raw = server.get(), clock](std::optional<std::chrono::nanoseconds> timeout,
-                                                  const std::function<bool()>& ready) mutable {
-      if (!raw->locked(ready) && timeout) clock.advance(*timeout);
-      return raw->locked(ready);
-    };
+    server->virtual_clock_ = clock;
+    server->hung_.set_waiter([hung = &server->hung_, clock](std::optional<std::chrono::nanoseconds> timeout,
+                                                            const std::function<bool()>& ready) mutable {
+      if (!hung->locked(ready) && timeout) clock.advance(*timeout);
+      return hung->locked(ready);
+    });
     return server;
   }
 
@@ -82,12 +78,13 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     auto server = std::make_shared<MemoryServer>(
         [clock] { return clock.now().time_since_epoch(); },
         [executor](std::chrono::nanoseconds d) mutable { executor.advance(d); });
-    server->waiter_ = [raw = server.get(), executor](std::optional<std::chrono::nanoseconds> timeout,
+    server->virtual_clock_ = clock;
+    server->hung_.set_waiter([hung = &server->hung_, executor](std::optional<std::chrono::nanoseconds> timeout,
                                                      const std::function<bool()>& ready) mutable {
       std::optional<testing::ManualClock::time_point> deadline;
       if (timeout) deadline = executor.clock().now() + *timeout;
-      return executor.wait_until(deadline, [&] { return raw->locked(ready); });
-    };
+      return executor.wait_until(deadline, [&] { return hung->locked(ready); });
+    });
     return server;
   }
 
@@ -97,23 +94,16 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
 
   // A fault plan: the next operations meet these faults in order, one each
   // (any connection), before the standing faults below apply.
-  enum class Fault {
-    none,        // the operation runs normally
-    fail,        // it fails with backend_unavailable and changes nothing
-    lose_reply,  // it is applied, but the reply is lost (outcome_unknown)
-  };
+  using Fault = detail::FaultPlan::Fault;
   void plan(std::initializer_list<Fault> faults) {
     detail::LightLock lock(mutex_);
-    plan_.insert(plan_.end(), faults);
-    rearm();
+    faults_.plan(faults);
   }
 
   // The next n operations (of any connection) fail with `error` and change nothing.
   void fail_next(int n, Errc error = Errc::backend_unavailable) {
     detail::LightLock lock(mutex_);
-    fail_next_ = n;
-    fail_with_ = error;
-    rearm();
+    faults_.fail_next(n, error);
   }
   // Every operation takes this long (client time). The wait happens before the
   // operation takes the server's lock, so operations of several connections
@@ -123,50 +113,30 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // The connection's next operation fails as a dropped connection; the one after reconnects.
   void drop_connection(std::string_view connection) {
     detail::LightLock lock(mutex_);
-    dropped_.emplace(connection);
-    rearm();
+    faults_.drop_connection(connection);
   }
   // Every operation of the connection fails until heal().
   void partition(std::string_view connection) {
     detail::LightLock lock(mutex_);
-    partitioned_.emplace(connection);
-    rearm();
+    faults_.partition(connection);
   }
   void heal(std::string_view connection) {
     detail::LightLock lock(mutex_);
-    if (const auto it = partitioned_.find(connection); it != partitioned_.end()) partitioned_.erase(it);
-    rearm();
+    faults_.heal(connection);
   }
   // The next n operations are applied, but their replies are lost.
   void lose_replies(int n) {
     detail::LightLock lock(mutex_);
-    lose_replies_ = n;
-    rearm();
+    faults_.lose_replies(n);
   }
   // Every statement of the connection hangs, before it is applied, until
   // unhang(): a statement waiting on a row lock (it then runs) or a frozen
   // peer. One whose timeout (HolderKey / AcquireRequest) passes first fails
   // with backend_unavailable and changes nothing.
-  void hang(std::string_view connection) {
-    {
-      std::lock_guard lock(hang_mutex_);
-      hung_.emplace(connection);
-    }
-    any_hung_.store(true, std::memory_order_release);
-  }
-  void unhang(std::string_view connection) {
-    {
-      std::lock_guard lock(hang_mutex_);
-      if (const auto it = hung_.find(connection); it != hung_.end()) hung_.erase(it);
-      any_hung_.store(!hung_.empty(), std::memory_order_release);
-    }
-    unhung_.notify_all();
-  }
+  void hang(std::string_view connection) { hung_.hang(connection); }
+  void unhang(std::string_view connection) { hung_.unhang(connection); }
   // How many statements are hanging now.
-  [[nodiscard]] int hanging() const {
-    std::lock_guard lock(hang_mutex_);
-    return hanging_;
-  }
+  [[nodiscard]] int hanging() const { return hung_.hanging(); }
 
   // Heartbeats commit asynchronously, as PostgresBackend's do by default: one
   // becomes durable `flush_delay` after it (the WAL writer's round), or at the
@@ -196,9 +166,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
         }
     last_flush_ = now();  // what survived is on disk
     restarts_.fetch_add(1, std::memory_order_relaxed);
-    fail_next_ = std::max(fail_next_, 1);
-    fail_with_ = Errc::backend_unavailable;
-    rearm();
+    faults_.connections_broken();
   }
 
   // A standby, for failover tests: replicate() copies every table as it is
@@ -234,9 +202,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     history_.fetch_add(1, std::memory_order_relaxed);
     restarts_.fetch_add(1, std::memory_order_relaxed);
     last_flush_ = now();
-    fail_next_ = std::max(fail_next_, 1);
-    fail_with_ = Errc::backend_unavailable;
-    rearm();
+    faults_.connections_broken();
   }
 
   // The failover grace, as PostgresOptions::failover_grace: after a
@@ -332,84 +298,21 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
       sleeper_(latency);
   }
 
-  // `ready` (which reads the hung connections) with hang_mutex_ held.
-  bool locked(const std::function<bool()>& ready) {
-    std::lock_guard lock(hang_mutex_);
-    return ready();
-  }
-
   // Called before an operation takes mutex_: waits while its connection
-  // hangs. An error if its timeout passed first.
-  PGMUTEX_ALWAYS_INLINE bool any_hung() const noexcept { return any_hung_.load(std::memory_order_acquire); }
-  PGMUTEX_NOINLINE std::optional<Error> wait_if_hung(std::string_view connection, std::chrono::nanoseconds timeout) {
-    const auto is_hung = [&] {
-      std::lock_guard lock(hang_mutex_);
-      return hung_.find(connection) != hung_.end();
-    };
-    if (!is_hung()) return std::nullopt;
-    {
-      std::lock_guard lock(hang_mutex_);
-      ++hanging_;
-    }
-    std::optional<std::chrono::nanoseconds> limit;
-    if (timeout > std::chrono::nanoseconds::zero()) limit = timeout;
-    const bool released = waiter_(limit, [&] { return hung_.find(connection) == hung_.end(); });
-    {
-      std::lock_guard lock(hang_mutex_);
-      --hanging_;
-    }
-    if (released) return std::nullopt;
-    return Error(Errc::backend_unavailable,
-                 "connection '" + std::string(connection) + "' hung: " +
-                     (limit ? "statement timed out after " + std::to_string(std::chrono::duration<double>(*limit).count()) + "s"
-                            : std::string("nothing left that could release it")));
-  }
-
-  // Called with mutex_ held after every change to the faults below: whether
-  // any of them is armed, so that an operation without faults checks one flag.
-  void rearm() noexcept {
-    armed_ = !plan_.empty() || !partitioned_.empty() || !dropped_.empty() || fail_next_ > 0 || lose_replies_ > 0;
+  // hangs (detail/hung_connections.hpp). An error if its timeout passed first.
+  PGMUTEX_ALWAYS_INLINE bool any_hung() const noexcept { return hung_.any(); }
+  std::optional<Error> wait_if_hung(std::string_view connection, std::chrono::nanoseconds timeout) {
+    return hung_.wait_if_hung(connection, timeout);
   }
 
   // Called with mutex_ held: decides the fate of one operation before it runs.
   // Returns an error to report instead of running it, or nothing.
-  std::optional<Error> admit(std::string_view connection) {
+  PGMUTEX_ALWAYS_INLINE std::optional<Error> admit(std::string_view connection) {
     ++operations_;
-    if (!armed_) [[likely]]
-      return std::nullopt;
-    auto error = admit_armed(connection);
-    rearm();
-    return error;
-  }
-  std::optional<Error> admit_armed(std::string_view connection) {
-    if (!plan_.empty()) {
-      const Fault fault = plan_.front();
-      plan_.pop_front();
-      if (fault == Fault::fail) return Error(Errc::backend_unavailable, "planned failure");
-      if (fault == Fault::lose_reply) ++lose_replies_;
-    }
-    if (!partitioned_.empty() && partitioned_.contains(connection))
-      return Error(Errc::backend_unavailable, "connection '" + std::string(connection) + "' is partitioned");
-    if (!dropped_.empty()) {
-      if (const auto it = dropped_.find(connection); it != dropped_.end()) {
-        dropped_.erase(it);
-        return Error(Errc::backend_unavailable, "connection dropped");
-      }
-    }
-    if (fail_next_ > 0) {
-      --fail_next_;
-      return Error(fail_with_, "injected failure");
-    }
-    return std::nullopt;
+    return faults_.admit(connection);
   }
   // Called with mutex_ held after an operation was applied.
-  bool reply_lost() {
-    if (!armed_ || lose_replies_ <= 0) [[likely]]
-      return false;
-    --lose_replies_;
-    rearm();
-    return true;
-  }
+  PGMUTEX_ALWAYS_INLINE bool reply_lost() { return faults_.reply_lost(); }
 
   // A table's key, as Postgres names it: Locks.Jobs and locks.jobs are one
   // table (psql's rules, pgmutex/table_name.hpp). A name that breaks them is
@@ -429,7 +332,12 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return &it->second;
   }
 
-  std::chrono::nanoseconds now() const { return time_() + offset_; }
+  // Virtual time is read directly: a std::function call per statement
+  // showed in the in-memory cycle's cost.
+  PGMUTEX_ALWAYS_INLINE std::chrono::nanoseconds now() const {
+    if (virtual_clock_) return virtual_clock_->now().time_since_epoch() + offset_;
+    return time_() + offset_;
+  }
 
   // Called with mutex_ held. Whether a heartbeat stamped at `t` would survive a crash now.
   bool durable(std::chrono::nanoseconds t) const {
@@ -490,18 +398,15 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
 
   mutable detail::LightMutex mutex_;  // held briefly: injected latency is waited before taking it
   TimeSource time_;
+  std::optional<testing::ManualClock> virtual_clock_;  // set when time_ reads one: now() reads it directly
   Sleeper sleeper_;
   std::chrono::system_clock::time_point epoch_ = std::chrono::sys_days{std::chrono::year{2026} / 1 / 1};
   std::unordered_map<std::string, Table, StringHash, std::equal_to<>> tables_;
   std::uint64_t operations_ = 0;
-  int fail_next_ = 0;
-  Errc fail_with_ = Errc::backend_unavailable;
-  int lose_replies_ = 0;
-  std::deque<Fault> plan_;
+  detail::FaultPlan faults_;
   std::string last_table_name_;  // the name last looked up, as the caller spelled it (its table's address: last_table_)
   Table* last_table_ = nullptr;
   std::atomic<std::chrono::nanoseconds::rep> latency_{0};  // read without mutex_, by delay()
-  bool armed_ = false;  // any fault above (not latency) is armed: see rearm()
   std::chrono::nanoseconds offset_{};
   std::optional<std::chrono::nanoseconds> failover_grace_;  // see set_failover_grace
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
@@ -513,15 +418,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   // that asking for it costs an acquire/release cycle no lock.
   std::atomic<std::uint64_t> history_{0};
   std::unordered_map<std::string, Table, StringHash, std::equal_to<>> standby_;  // replicate()'s copy
-  std::set<std::string, std::less<>> dropped_;
-  std::set<std::string, std::less<>> partitioned_;
-  // Hung connections: their own std::mutex, since a real-time hang waits on a condition variable.
-  HangWaiter waiter_;
-  mutable std::mutex hang_mutex_;
-  std::condition_variable unhung_;
-  std::set<std::string, std::less<>> hung_;
-  int hanging_ = 0;
-  std::atomic<bool> any_hung_{false};
+  detail::HungConnections hung_;
 };
 
 }  // namespace pgmutex
