@@ -47,6 +47,7 @@ void name_the_read_only_cause(StatementFailure& failure, Session& session, const
   auto rows = session.run_text("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')", {}, bound);
   if (!rows || rows->empty()) return;
   if (rows->text(0, 0) == "t") {
+    failure.on_standby = true;
     failure.hint = "the server is a read-only standby: connect to the primary, e.g. add target_session_attrs=read-write "
                    "to the DSN";
     return;
