@@ -3,7 +3,7 @@
 
 Usage:
     check_holds.py [--window NAME START_US END_US]... [--lost-in NAME MAX] LOG...
-    check_holds.py --held LOG...
+    check_holds.py --held [--since US] LOG...
 
 Each LOG line is "MICROSECONDS EVENT LOCK FENCE WHO [DETAIL]" (CLOCK_REALTIME,
 shared by every process on the machine), as tests/integration/ha_load.cpp and
@@ -14,10 +14,14 @@ the CLI scenario's fenced command write it:
     ERROR  an acquire failed (ignored here, counted)
 
 A belief runs from a GRANT to its holder's next END or LOST for that lock and
-fence; one with neither runs to the end of the logs. Per lock, it checks:
-  1. fences strictly increase in grant order: no lower fence after a higher one;
-  2. beliefs never overlap: every holder stops believing (END, or LOST: it
-     learned it lost) before the next holder's GRANT.
+fence; one with neither runs to the end of the logs. Per lock, it plays a
+fenced resource that accepts a fence only above every fence it accepted, and
+checks:
+  1. no lower fence comes after a higher one on the same timeline; one from a
+     lower timeline (a former primary that still took writes) is rejected by
+     the resource, counted and shown as FENCED OUT;
+  2. the accepted beliefs never overlap: every holder stops believing (END, or
+     LOST: it learned it lost) before the next accepted holder's GRANT.
 Violations are printed, and the exit status is 1.
 
 For each --window it prints one line of figures over the beliefs that ended
@@ -31,8 +35,9 @@ trailing "-N" or "N": session-haproxy-17 is load session-haproxy):
 --lost-in NAME LOAD MAX fails if, in window NAME, LOAD (or every load: *)
 learned of more than MAX losses; --lost-at-least NAME LOAD MIN if of fewer
 than MIN (NAME may be *: every window together).
---held prints, per load, how many locks it believes it holds now and its
-latest GRANT's time ("LOAD HELD LAST_GRANT_US"), and checks nothing.
+--held prints, per load, how many locks it believes it holds now, its latest
+GRANT's time, and how many of its locks were granted since --since US
+("LOAD HELD LAST_GRANT_US LOCKS_GRANTED_SINCE"), and checks nothing.
 """
 import argparse
 import collections
@@ -68,6 +73,11 @@ def beliefs_of(events):
     return per_lock
 
 
+def timeline_of(fence):
+    """A fence is nextval + (timeline - 1) << 40 (docs/operations/failover.md)."""
+    return (fence >> 40) + 1
+
+
 def load_of(lock):
     """A lock's load: its name less a trailing number (session-haproxy-17: session-haproxy)."""
     return lock.rstrip("0123456789").rstrip("-") or lock
@@ -79,6 +89,7 @@ def main():
     parser.add_argument("--lost-in", nargs=3, action="append", default=[], metavar=("NAME", "LOAD", "MAX"))
     parser.add_argument("--lost-at-least", nargs=3, action="append", default=[], metavar=("NAME", "LOAD", "MIN"))
     parser.add_argument("--held", action="store_true")
+    parser.add_argument("--since", type=int, default=0)
     parser.add_argument("logs", nargs="+")
     args = parser.parse_args()
 
@@ -87,21 +98,39 @@ def main():
     if args.held:
         held = collections.Counter()
         last = collections.Counter()
+        since = collections.Counter()
         for lock, beliefs in per_lock.items():
             for b in beliefs:
                 last[load_of(lock)] = max(last[load_of(lock)], b[0])
                 if b[1] is None:
                     held[load_of(lock)] += 1
+            if beliefs and beliefs[-1][0] >= args.since:
+                since[load_of(lock)] += 1
         for name in sorted(last):
-            print(name, held[name], last[name])
+            print(name, held[name], last[name], since[name])
         return 0
     forever = (events[-1][0] if events else 0) + 1
     violations = []
+    fenced_out = []
     for lock, beliefs in sorted(per_lock.items()):
-        for before, after in zip(beliefs, beliefs[1:]):
-            if after[2] <= before[2]:
-                violations.append("%s: fence %d (%s, at %d) after fence %d (%s, at %d)"
-                                  % (lock, after[2], after[3], after[0], before[2], before[3], before[0]))
+        # The fenced resource: it accepts a grant's fence only above every
+        # fence it accepted before. pgmutex's fences never go back on one
+        # timeline; a grant on a lower timeline than one already accepted is
+        # a former primary still taking writes (frozen, then thawed before
+        # its Patroni demoted it): the resource rejects it, and it is counted.
+        accepted = []
+        for b in beliefs:
+            if accepted and b[2] <= accepted[-1][2]:
+                if timeline_of(b[2]) >= timeline_of(accepted[-1][2]):
+                    violations.append("%s: fence %d (%s, at %d) after fence %d (%s, at %d), on the same timeline"
+                                      % (lock, b[2], b[3], b[0], accepted[-1][2], accepted[-1][3], accepted[-1][0]))
+                else:
+                    fenced_out.append("%s: fence %d (timeline %d, %s, at %d) after fence %d (timeline %d)"
+                                      % (lock, b[2], timeline_of(b[2]), b[3], b[0], accepted[-1][2],
+                                         timeline_of(accepted[-1][2])))
+                continue
+            accepted.append(b)
+        for before, after in zip(accepted, accepted[1:]):
             end = before[1] if before[1] is not None else forever
             if end > after[0]:
                 violations.append("%s: %s still believed it held fence %d (until %s) when %s was granted fence %d at %d: %.3f s of overlap"
@@ -110,8 +139,10 @@ def main():
     grants = sum(len(b) for b in per_lock.values())
     losses = sum(1 for e in events if e[1] == "LOST")
     errors = sum(1 for e in events if e[1] == "ERROR")
-    print("check_holds: %d locks, %d grants, %d losses learned, %d acquire errors, %d violations"
-          % (len(per_lock), grants, losses, errors, len(violations)))
+    print("check_holds: %d locks, %d grants, %d losses learned, %d acquire errors, %d grants of a former primary "
+          "fenced out, %d violations" % (len(per_lock), grants, losses, errors, len(fenced_out), len(violations)))
+    for f in fenced_out[:10]:
+        print("  FENCED OUT " + f)
     for v in violations[:20]:
         print("  VIOLATION " + v)
 
