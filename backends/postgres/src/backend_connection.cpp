@@ -57,10 +57,17 @@ void name_the_read_only_cause(StatementFailure& failure, Session& session, const
                    "to the DSN";
     return;
   }
-  if (rows->text(0, 1) == "on")
+  if (rows->text(0, 1) == "on") {
     failure.hint = "the server is a primary, but default_transaction_read_only is on for role " +
                    sql_identifier(session.user()) + " or this database: as an administrator, run ALTER ROLE " +
                    sql_identifier(session.user()) + " SET default_transaction_read_only = off (or ALTER DATABASE)";
+    return;
+  }
+  // A primary now, and nothing makes it read-only: the refusal came from a
+  // recovery that has just ended (a promotion under way when the statement
+  // ran). Transient: the next try succeeds.
+  failure.on_standby = true;
+  failure.hint = "the server was a standby being promoted: try again";
 }
 
 std::string lock_context(LockRef lock) { return "lock '" + std::string(lock.lock_name) + "'"; }
