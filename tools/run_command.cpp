@@ -164,13 +164,18 @@ std::optional<LockRow> holder_of(RunMutex& mutex, const Guard& empty) {
   return seen;
 }
 
-Guard take_lock(RunMutex& mutex, const RunArgs& args, InterruptWatch& interrupts, RunMetricsFile& report) {
+// The end of --timeout, counted from the start: connecting is part of the wait.
+using WaitDeadline = std::optional<std::chrono::steady_clock::time_point>;
+
+Guard take_lock(RunMutex& mutex, const RunArgs& args, WaitDeadline deadline, InterruptWatch& interrupts,
+                RunMetricsFile& report) {
   report.wait_started();
   interrupts.start_waiting();
-  auto guard = args.wait ? mutex.acquire(nothrow,
-                                         args.timeout_option->count() > 0
-                                             ? std::optional(to_duration(args.timeout_s))
-                                             : std::nullopt,
+  const auto left = [&] {
+    return std::max(std::chrono::nanoseconds::zero(),
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - std::chrono::steady_clock::now()));
+  };
+  auto guard = args.wait ? mutex.acquire(nothrow, deadline ? std::optional(left()) : std::nullopt,
                                          interrupts.stop_token())
                          : mutex.try_acquire(nothrow);
   interrupts.finish();
@@ -224,7 +229,14 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   network.holder_command = command_text(args.command);
   // Outlives the mutex, whose hooks feed it: the lease deadline the guard enforces.
   LeaseWatch lease_watch;
-  auto created = RunMutex::create(connect_backend(args.connection, network), plan.options, SteadyClock{},
+  // With --wait, a server that cannot be reached yet is waited for too (a
+  // failover in progress), within the same --timeout.
+  const WaitDeadline deadline =
+      args.timeout_option->count() > 0 ? WaitDeadline(std::chrono::steady_clock::now() + to_duration(args.timeout_s))
+                                       : std::nullopt;
+  auto created = RunMutex::create(args.wait ? connect_backend_waiting(args.connection, network, deadline)
+                                            : connect_backend(args.connection, network),
+                                  plan.options, SteadyClock{},
                                   LockEvents{.report_alerts = args.wait,
                                              .verbosity = verbosity_of(args),
                                              .lease = &lease_watch,
@@ -232,7 +244,7 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   if (!created) exit_with(created.error(), "run", args.connection);
   RunMutex& mutex = *created;
   report.set_instance(mutex.instance_id());
-  Guard guard = take_lock(mutex, args, interrupts, report);
+  Guard guard = take_lock(mutex, args, deadline, interrupts, report);
 
   // Only a holder warns: a contender that exits 75 has no command to stop.
   if (!plan.shortfall.empty() && !args.quiet) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());

@@ -78,6 +78,25 @@ expect 64 "a multi-host DSN whose ports do not pair with its hosts: a usage erro
 contains "$ERR" "lists 3 ports for 2 host(s): give one port, or one per host" "the message names the rule"
 proxy_mode pass
 
+# --- run --wait waits for a server that cannot be reached yet -----------------
+# The proxy resets every connection (a failover under way: no host answers),
+# and passes again 1.5 s later. Without --wait, run exits 69 at once; with
+# it, run tries again within its --timeout and runs the command once the
+# server answers; with a --timeout that ends first, it exits 69, not 75.
+proxy_dsn="host=127.0.0.1 port=$proxy_port dbname=$PGDATABASE user=$role password=$secret"
+proxy_mode reset
+expect 69 "run without --wait, server unreachable: exits 69 at once" \
+  pgm run --lock unreachable --dsn "$proxy_dsn" -- echo should-not-run; keep
+lacks "$OUT" "should-not-run" "the command did not run"
+expect 69 "run --timeout 1, server unreachable throughout: 69 once the timeout is over" \
+  pgm run --lock unreachable --dsn "$proxy_dsn" --timeout 1 -- echo should-not-run; keep
+contains "$ERR" "cannot connect to Postgres" "the message says the server could not be reached"
+( sleep 1.5; proxy_mode pass >/dev/null ) &
+expect 0 "run --wait --timeout 30, server back after 1.5 s: the command runs" \
+  pgm run --lock unreachable --dsn "$proxy_dsn" --timeout 30 -- echo ran-once-reachable; keep
+contains "$OUT" "ran-once-reachable" "the command ran once the server answered"
+wait
+
 # --- never a password ------------------------------------------------------------
 lacks "$all_output" "$secret" "no output showed the password"
 [[ -s "$all_output" ]] && pass "there was output to check" || fail "no output was collected"

@@ -303,6 +303,13 @@ TEST_CASE("a multi-host DSN whose first host is a standby: target_session_attrs=
     REQUIRE_FALSE(refused);
     INFO(refused.error().message());
     CHECK(refused.error().message().find("target_session_attrs=read-write") != std::string::npos);
+    // A standby in recovery is transient (a failover may be under way: a
+    // proxy in front, or a demoted primary): a blocking acquire tries again
+    // until its timeout, and then says the backend never answered.
+    CHECK(refused.error() == pgmutex::Errc::backend_unavailable);
+    auto waited = mutex.acquire(pgmutex::nothrow, 600ms);
+    REQUIRE_FALSE(waited);
+    CHECK(waited.error() == pgmutex::Errc::backend_unavailable);
     CHECK_FALSE(held_on_primary("any"));
   }
 }

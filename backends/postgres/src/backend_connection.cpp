@@ -45,16 +45,29 @@ void name_the_grants(StatementFailure& failure, std::string_view table, const st
 void name_the_read_only_cause(StatementFailure& failure, Session& session, const Bound& bound) {
   if (failure.kind != StatementFailure::Kind::server || failure.sqlstate != "25006" || !failure.hint.empty()) return;
   auto rows = session.run_text("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')", {}, bound);
-  if (!rows || rows->empty()) return;
+  // No answer: the server went away while it refused (a primary shutting down
+  // to be demoted): transient, as a standby is.
+  if (!rows || rows->empty()) {
+    failure.on_standby = true;
+    return;
+  }
   if (rows->text(0, 0) == "t") {
+    failure.on_standby = true;
     failure.hint = "the server is a read-only standby: connect to the primary, e.g. add target_session_attrs=read-write "
                    "to the DSN";
     return;
   }
-  if (rows->text(0, 1) == "on")
+  if (rows->text(0, 1) == "on") {
     failure.hint = "the server is a primary, but default_transaction_read_only is on for role " +
                    sql_identifier(session.user()) + " or this database: as an administrator, run ALTER ROLE " +
                    sql_identifier(session.user()) + " SET default_transaction_read_only = off (or ALTER DATABASE)";
+    return;
+  }
+  // A primary now, and nothing makes it read-only: the refusal came from a
+  // recovery that has just ended (a promotion under way when the statement
+  // ran). Transient: the next try succeeds.
+  failure.on_standby = true;
+  failure.hint = "the server was a standby being promoted: try again";
 }
 
 std::string lock_context(LockRef lock) { return "lock '" + std::string(lock.lock_name) + "'"; }

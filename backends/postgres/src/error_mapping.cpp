@@ -33,7 +33,7 @@ std::string trimmed(std::string text) {
 
 bool connection_gone(const StatementFailure& failure) noexcept {
   return failure.kind == StatementFailure::Kind::timeout || failure.kind == StatementFailure::Kind::connection_lost ||
-         (failure.kind == StatementFailure::Kind::server && is_connection_state(failure.sqlstate));
+         (failure.kind == StatementFailure::Kind::server && (is_connection_state(failure.sqlstate) || failure.on_standby));
 }
 
 bool may_retry(const StatementFailure& failure, Effect effect) noexcept {
@@ -91,8 +91,11 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
                                   "= StatementMode::unnamed or automatic, pgmutex --statement-mode unnamed)"));
   if (state.starts_with("28"))
     return Error(Errc::permission_denied, describe(cause + " (authentication failed: check the user and password)"));
+  // On a standby, the primary is elsewhere or coming: transient, as an
+  // unreachable server is (a wait goes on, and reconnects); a primary whose
+  // setting makes it read-only is not.
   if (state == "25006")
-    return Error(Errc::backend_error,
+    return Error(failure.on_standby ? Errc::backend_unavailable : Errc::backend_error,
                  describe(cause + " (" +
                           (failure.hint.empty() ? std::string("the transaction is read-only: a standby (connect to the "
                                                               "primary, e.g. target_session_attrs=read-write), or "

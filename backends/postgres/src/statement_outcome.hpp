@@ -37,6 +37,12 @@ struct StatementFailure {
   std::string message;
   // The statement may have reached the server: for a write, its outcome is unknown.
   bool sent = false;
+  // Refused as read-only (25006) by a server in recovery, or by one that
+  // went away before it could say why: this connection reached a standby (a
+  // demoted primary, or a proxy that has not switched yet), so the primary
+  // is elsewhere or coming. Dropped and reconnected, the way a lost
+  // connection is; never applied.
+  bool on_standby = false;
   // The fix, when the caller knows it better than the SQLSTATE alone tells
   // (say, the GRANT for this table and role): replaces the generic one.
   std::string hint;
