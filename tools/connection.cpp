@@ -26,9 +26,8 @@ PostgresBackend backend_for(const ConnectionArgs& args, PostgresOptions options)
 }  // namespace
 
 PostgresBackend connect_backend(const ConnectionArgs& args, PostgresOptions options) {
-  PostgresBackend backend = backend_for(args, std::move(options));
-  if (auto connected = backend.connect(); !connected) exit_not_connected(connected.error(), args);
-  return backend;
+  // One try: a deadline that has already come.
+  return connect_backend_waiting(args, std::move(options), std::chrono::steady_clock::now());
 }
 
 PostgresBackend connect_backend_waiting(const ConnectionArgs& args, PostgresOptions options,

@@ -133,6 +133,17 @@ end_scenario() {
   figures+=("$name: cluster whole after $(( ($(now_us) - start) / 1000 )) ms")
 }
 
+# failed_over NAME START_US OLD HOW: after a fault to the leader OLD, another
+# node leads within 60 s, and every load holds again on it while OLD is still
+# out (HOW: killed, frozen); records both times.
+failed_over() {
+  local name=$1 start=$2 old=$3 how=$4 new promoted
+  new=$(wait_leader_not "$old" 60) && pass "$name: $new took over from the $how $old" || fail "$name: no failover within 60 s"
+  promoted=$(now_us)
+  wait_load "$promoted" 90 "$name (while $old is $how)" && pass "$name: every load holds again on $new while $old is $how"
+  figures+=("$name: failover after $(( (promoted - start) / 1000 )) ms, every load held again after $(( ($(now_us) - start) / 1000 )) ms")
+}
+
 original=$(leader)
 [[ -n "$original" ]] && pass "the cluster has a leader ($original)" || fail "no leader"
 expect 0 "the load runs before the scenarios" wait_load 0 60 "start"
@@ -146,10 +157,7 @@ end_scenario switchover "$start"
 # 2. The primary's machine dies: SIGKILL to its Patroni and every Postgres process.
 start=$(now_us) old=$(leader)
 "${CTL[@]}" kill "$old"
-new=$(wait_leader_not "$old" 60) && pass "kill: $new took over from the killed $old" || fail "kill: no failover within 60 s"
-promoted=$(now_us)
-wait_load "$promoted" 90 "kill (before $old is back)" && pass "kill: every load holds again on $new while $old is down"
-figures+=("kill: failover after $(( (promoted - start) / 1000 )) ms, every load held again after $(( ($(now_us) - start) / 1000 )) ms")
+failed_over kill "$start" "$old" killed
 "${CTL[@]}" start "$old"
 end_scenario kill "$start"
 
@@ -162,10 +170,7 @@ end_scenario kill "$start"
 start=$(now_us) old=$(leader)
 "${CTL[@]}" proxy "$old" freeze
 "${CTL[@]}" freeze "$old"
-new=$(wait_leader_not "$old" 60) && pass "freeze: $new took over from the frozen $old" || fail "freeze: no failover within 60 s"
-promoted=$(now_us)
-wait_load "$promoted" 90 "freeze (while $old is frozen)" && pass "freeze: every load holds again on $new while $old is frozen"
-figures+=("freeze: failover after $(( (promoted - start) / 1000 )) ms, every load held again after $(( ($(now_us) - start) / 1000 )) ms")
+failed_over freeze "$start" "$old" frozen
 "${CTL[@]}" kill "$old"
 "${CTL[@]}" proxy "$old" pass
 "${CTL[@]}" start "$old"
