@@ -361,6 +361,24 @@ concept BackendPollsQueue =
       { b.queue_wake(w, ticket) } noexcept -> std::same_as<std::optional<QueueWake>>;
     };
 
+// One waiter in a lock's queue, as an administrator sees it.
+struct QueuedWaiterRow {
+  std::string lock_name;
+  std::int64_t ticket = 0;    // order in the queue
+  std::string instance_id;
+  std::string host;           // as its request recorded it; empty: not recorded
+  std::int64_t pid = 0;       // 0: not recorded
+  double seconds_waiting = 0.0;  // server clock
+  bool offered = false;       // a release offered it the lock; it has not confirmed yet
+  bool alive = true;          // its connection is open (or, pooled, its lease is fresh)
+};
+
+// Every waiter of a table's queues, by lock name, then in queue order.
+template <class B>
+concept BackendListsQueue = requires(B& b, std::string_view table) {
+  { b.list_queue(table) } noexcept -> std::same_as<Result<std::vector<QueuedWaiterRow>>>;
+};
+
 // Runs `job` on the backend's own I/O thread, where the backend's blocking
 // operations run at once, without handing each statement to that thread and
 // waiting for it; false if it cannot (stopped). A job may also be destroyed
