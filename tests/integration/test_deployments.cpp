@@ -351,9 +351,9 @@ std::string fresh_role(std::string_view stem) {
   return role;
 }
 
-// Only what the lock needs: SELECT, INSERT, UPDATE, DELETE on the table, USAGE on its sequence.
+// Only what the lock needs: SELECT, INSERT, UPDATE, DELETE on the table and its queue, USAGE on its sequence.
 void grant_least(const std::string& table, const std::string& role) {
-  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role);
+  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + ", " + table + "_queue TO " + role);
   admin("GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + role);
 }
 
@@ -481,7 +481,7 @@ TEST_CASE("a role that lacks a privilege on the table or its sequence is told wh
   const std::string table = fresh_table("lacking");
   REQUIRE(PostgresBackend("").create_schema(table));
   const std::string role = fresh_role("lacking_role");
-  const std::string grants = "GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role +
+  const std::string grants = "GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + ", " + table + "_queue TO " + role +
                              "; GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + role;
   PostgresBackend b("user=" + role);
 
@@ -498,8 +498,17 @@ TEST_CASE("a role that lacks a privilege on the table or its sequence is told wh
   CHECK_THAT(status.error().message(), Catch::Contains("run: GRANT SELECT ON " + table + " TO " + role +
                                                        " (holding locks needs INSERT, UPDATE, DELETE too"));
 
-  // The table, not the sequence: a grant (an insert) draws a fence and is refused.
+  // The table, not its queue: every try reads the queue, and is refused.
   admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role);
+  auto no_queue = b.try_acquire(request(table, "job", "me"));
+  REQUIRE_FALSE(no_queue);
+  INFO(no_queue.error().message());
+  CHECK(no_queue.error() == Errc::permission_denied);
+  CHECK_THAT(no_queue.error().message(),
+             Catch::Contains("permission denied for table " + table + "_queue") && Catch::Contains(grants));
+
+  // The table and its queue, not the sequence: a grant (an insert) draws a fence and is refused.
+  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + "_queue TO " + role);
   auto no_sequence = b.try_acquire(request(table, "job", "me"));
   REQUIRE_FALSE(no_sequence);
   INFO(no_sequence.error().message());

@@ -28,6 +28,8 @@ LockRow row_from(const Rows& rows, std::size_t r);
 // fence, then the row it saw. `raced`: it lost to a holder that is gone or
 // unknown, and may be tried again with a fresh snapshot.
 AcquireResult read_acquire(const Rows& rows, bool& raced);
+// A queued try's answer (sql.hpp, acquire_queued).
+AcquireResult read_queued_acquire(const Rows& rows);
 
 // heartbeat_many's answer for `keys` distinct keys: the rows name the
 // (1-based) positions of the keys whose rows it found.
