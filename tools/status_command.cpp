@@ -43,17 +43,6 @@ int check(const StatusArgs& args) {
   return result.code;
 }
 
-// The waiters of the report's locks, in queue order.
-template <class B>
-void add_queue(B& backend, StatusReport& report, const StatusArgs& args) {
-  if constexpr (BackendListsQueue<B>) {
-    auto queue = backend.list_queue(args.connection.table);
-    if (!queue) exit_with(queue.error(), "status", args.connection);
-    report.queue = std::move(*queue);
-    if (report.lock) std::erase_if(report.queue, [&](const QueuedWaiterRow& w) { return w.lock_name != *report.lock; });
-  }
-}
-
 int execute(const StatusArgs& args) {
   if (args.check) return check(args);
   check_threshold_order(args.thresholds);
@@ -70,7 +59,10 @@ int execute(const StatusArgs& args) {
     if (!rows) exit_with(rows.error(), "status", args.connection);
     report.rows = std::move(*rows);
   }
-  add_queue(backend, report, args);
+  auto queue = backend.list_queue(args.connection.table);
+  if (!queue) exit_with(queue.error(), "status", args.connection);
+  report.queue = std::move(*queue);
+  if (report.lock) std::erase_if(report.queue, [&](const QueuedWaiterRow& w) { return w.lock_name != *report.lock; });
 
   const std::string format = args.json ? "json" : args.format;
   if (format == "json")

@@ -181,6 +181,20 @@ Result<std::vector<LockRow>> PostgresBackend::list(std::string_view table) noexc
       });
 }
 
+Result<std::vector<QueuedWaiterRow>> PostgresBackend::list_queue(std::string_view table) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<std::vector<QueuedWaiterRow>>(
+      table, "list the queue of '" + std::string(table) + "'", Effect::read, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<std::vector<QueuedWaiterRow>> {
+        auto rows = session.run(st.list_queue, {}, bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        std::vector<QueuedWaiterRow> out;
+        out.reserve(rows->size());
+        for (std::size_t r = 0; r < rows->size(); ++r) out.push_back(waiter_from(*rows, r));
+        return out;
+      });
+}
+
 Result<std::optional<LockRow>> PostgresBackend::force_release(LockRef lock_ref) noexcept {
   if (!impl_) return moved_from();
   return impl_->on_table<std::optional<LockRow>>(

@@ -176,6 +176,13 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
                " AND offered_fence IS NULL RETURNING ticket)"
                " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
                " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint)"};
+
+  // S: what `pgmutex status` shows of the queues.
+  s.list_queue = {"pgmutex_list_queue" + suffix,
+                  "WITH " + std::string(procs_cte) + " SELECT q.lock_name, q.ticket, q.instance_id,"
+                  " coalesce(q.holder_host, ''), coalesce(q.holder_pid, 0),"
+                  " extract(epoch FROM now() - q.enqueued_at)::float8, q.offered_fence IS NOT NULL, " + alive("q") +
+                  " FROM " + q + " AS q ORDER BY q.lock_name, q.ticket"};
 }
 
 // The queue next to the lock table: one row per waiter, FIFO by ticket (an

@@ -54,6 +54,9 @@ struct TableStatements {
   Statement enqueue;
   // $1 lock, $2 ticket, $3 waiter token. Returns dequeued, offered_fence.
   Statement dequeue;
+  // No parameters. Every waiter: lock, ticket, instance, host, pid, seconds
+  // waiting, offered, alive; by lock, then in queue order.
+  Statement list_queue;
 };
 
 // The failover grace's marker row: lock_name '' (validate_lock_name allows

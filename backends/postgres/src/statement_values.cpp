@@ -58,6 +58,19 @@ LockRow row_from(const Rows& rows, std::size_t r) {
   return out;
 }
 
+QueuedWaiterRow waiter_from(const Rows& rows, std::size_t r) {
+  QueuedWaiterRow out;
+  out.lock_name = rows.text(r, 0);
+  out.ticket = std::strtoll(rows.text(r, 1).c_str(), nullptr, 10);
+  out.instance_id = rows.text(r, 2);
+  out.host = rows.text(r, 3);
+  out.pid = std::strtoll(rows.text(r, 4).c_str(), nullptr, 10);
+  out.seconds_waiting = double_of(rows.text(r, 5));
+  out.offered = rows.text(r, 6) == "t";
+  out.alive = rows.text(r, 7) == "t";
+  return out;
+}
+
 AcquireResult read_acquire(const Rows& rows, bool& raced) {
   AcquireResult out;
   raced = false;

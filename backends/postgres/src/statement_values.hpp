@@ -23,6 +23,8 @@ std::string token_param(GrantToken token);
 
 // A row read with sql.cpp's row_columns.
 LockRow row_from(const Rows& rows, std::size_t r);
+// Row r of the queue's listing (TableStatements::list_queue).
+QueuedWaiterRow waiter_from(const Rows& rows, std::size_t r);
 
 // One try of an acquire, read as the statement returns it: ins fence, upd
 // fence, then the row it saw. `raced`: it lost to a holder that is gone or

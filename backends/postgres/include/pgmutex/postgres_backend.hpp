@@ -142,6 +142,8 @@ class PostgresBackend {
   Result<void> release(const HolderKey& key) noexcept;
   Result<std::optional<LockRow>> inspect(LockRef lock) noexcept;
   Result<std::vector<LockRow>> list(std::string_view table) noexcept;
+  // Every waiter in the table's queues (BackendListsQueue), for `pgmutex status`.
+  Result<std::vector<QueuedWaiterRow>> list_queue(std::string_view table) noexcept;
   Result<std::optional<LockRow>> force_release(LockRef lock) noexcept;
 
   // --- optional operations
