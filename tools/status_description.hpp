@@ -10,7 +10,7 @@
 #include "status_format.hpp"
 
 BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::LockStatus, lock, instance, fence, acquired_at, seconds_since_heartbeat, state,
-                        host, pid, command, queue_length);
+                        queue_length, host, pid, command);
 BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::WaiterStatus, lock, position, instance, seconds_waiting, state, host, pid);
 
 namespace pgmutex::describe {
@@ -39,14 +39,14 @@ struct Description<cli::LockStatus> {
        .metric = "pgmutex_lock_state",
        .metric_type = "gauge",
        .label = "state"},
-      {.name = "host", .doc = "the holder's host, as its grant recorded it (null: not recorded)"},
-      {.name = "pid", .doc = "the holder's pid (null: not recorded)"},
-      {.name = "command", .doc = "the holder's command, its first 200 bytes (null: not recorded)"},
       {.name = "queue_length",
        .doc = "waiters in the lock's queue (each listed under `queue`)",
        .column = "QUEUE",
        .metric = "pgmutex_lock_queue_length",
        .metric_type = "gauge"},
+      {.name = "host", .doc = "the holder's host, as its grant recorded it (null: not recorded)"},
+      {.name = "pid", .doc = "the holder's pid (null: not recorded)"},
+      {.name = "command", .doc = "the holder's command, its first 200 bytes (null: not recorded)"},
   }};
   // Not a member: a row's presence.
   static constexpr Field held = {.name = "held",

@@ -28,10 +28,10 @@ struct LockStatus {
   std::chrono::system_clock::time_point acquired_at;
   double seconds_since_heartbeat = 0.0;
   LockState state = LockState::ok;
+  std::int64_t queue_length = 0;  // waiters in its queue (StatusReport::queue: who)
   std::optional<std::string> host;     // empty: not recorded (a seed-made row, or a holder that did not say)
   std::optional<std::int64_t> pid;
   std::optional<std::string> command;
-  std::int64_t queue_length = 0;  // waiters in its queue (status_queue: who)
 };
 
 // A queued waiter's state: waiting its turn; offered the lock by a release
