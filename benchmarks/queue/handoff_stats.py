@@ -124,70 +124,76 @@ def cell(value, fmt="{:.1f}") -> str:
 
 
 def ratio(a, b) -> str:
-    return "n/a" if a is None or not b else f"{a / b:.2f}×"
+    if a is None or not b:
+        return "n/a"
+    return f"{a / b:.2f}×" if a / b >= 0.1 else f"{a / b:.4f}×"
+
+
+def section(title: str, rows: list[str]) -> list[str]:
+    """A markdown table with one column per system, or nothing when there is no row."""
+    if not rows:
+        return []
+    header = "| | " + " | ".join(TITLES[s] for s in SYSTEMS) + " | pgmutex/etcd |"
+    rule = "|---" * (len(SYSTEMS) + 2) + "|"
+    return [f"### {title}", "", header, rule] + rows + [""]
 
 
 def tables(results: dict) -> str:
     """results[key][system] = figures; key = 'handoffs-20', 'idle', 'dead-head-KILL', ..."""
-    out = []
-    header = "| | " + " | ".join(TITLES[s] for s in SYSTEMS) + " | pgmutex/etcd |"
-    rule = "|---" * (len(SYSTEMS) + 2) + "|"
     runs = sorted((k for k in results if k.startswith("handoffs-")), key=lambda k: int(k.split("-")[1]))
 
-    out += ["### Handoff: holder's command ends → next command starts (ms)", "", header, rule]
-    for key in runs:
-        row = results[key]
-        med = {s: row.get(s, {}).get("handoff_median_ms") for s in SYSTEMS}
-        p90 = {s: row.get(s, {}).get("handoff_p90_ms") for s in SYSTEMS}
-        n = {s: row.get(s, {}).get("handoffs") for s in SYSTEMS}
-        out.append(f"| {key.split('-')[1]} handoffs: median (p90) | "
-                   + " | ".join(f"{cell(med[s])} ({cell(p90[s])})" + ("" if n[s] in (None, int(key.split('-')[1])) else f" [{n[s]}]")
-                                for s in SYSTEMS)
-                   + f" | {ratio(med['pgmutex'], med['etcd'])} |")
-    out.append("")
+    def of(key, system, name, default=None):
+        return results[key].get(system, {}).get(name, default)
 
-    out += ["### Grant order against arrival order", "", header, rule]
+    handoff_rows, fifo_rows, request_rows = [], [], []
     for key in runs:
-        row = results[key]
-        out.append(f"| {key.split('-')[1]} handoffs: Spearman ρ / max overtaking | "
-                   + " | ".join(f"{cell(row.get(s, {}).get('spearman_rho'), '{:.2f}')} / "
-                                f"{cell(row.get(s, {}).get('max_overtaking'), '{:d}')}" for s in SYSTEMS)
-                   + " | |")
-    out.append("")
-
-    out += ["### Server requests per handoff (newcomers' set-up included)", "", header, rule]
-    for key in runs:
-        row = results[key]
-        per = {s: row.get(s, {}).get("requests_per_handoff", {}).get(REQUESTS[s][0]) for s in SYSTEMS}
-        out.append(f"| {key.split('-')[1]} handoffs | "
-                   + " | ".join(f"{cell(per[s])} {REQUESTS[s][1]}" for s in SYSTEMS)
-                   + f" | {ratio(per['pgmutex'], per['etcd'])} |")
-        tx = row.get("pgmutex", {}).get("transactions_per_handoff_whole_run")
+        count = int(key.split("-")[1])
+        med = {s: of(key, s, "handoff_median_ms") for s in SYSTEMS}
+        measured = {s: of(key, s, "handoffs") for s in SYSTEMS}
+        handoff_rows.append(
+            f"| {count} handoffs: median (p90) | "
+            + " | ".join(f"{cell(med[s])} ({cell(of(key, s, 'handoff_p90_ms'))})"
+                         + ("" if measured[s] in (None, count) else f" [{measured[s]} measured]") for s in SYSTEMS)
+            + f" | {ratio(med['pgmutex'], med['etcd'])} |")
+        fifo_rows.append(
+            f"| {count} handoffs: Spearman ρ / max overtaking | "
+            + " | ".join(f"{cell(of(key, s, 'spearman_rho'), '{:.2f}')} / {cell(of(key, s, 'max_overtaking'), '{:d}')}"
+                         for s in SYSTEMS) + " | |")
+        per = {s: of(key, s, "requests_per_handoff", {}).get(REQUESTS[s][0]) for s in SYSTEMS}
+        request_rows.append(f"| {count} handoffs | " + " | ".join(f"{cell(per[s])} {REQUESTS[s][1]}" for s in SYSTEMS)
+                            + f" | {ratio(per['pgmutex'], per['etcd'])} |")
+        tx = of(key, "pgmutex", "transactions_per_handoff_whole_run")
         if tx is not None:
-            out.append(f"| {key.split('-')[1]} handoffs: Postgres transactions committed per handoff "
-                       f"(whole run, set-up of the first 11 and exits included) | {cell(tx)} | | | |")
-    out.append("")
+            request_rows.append(f"| {count} handoffs: Postgres transactions per handoff (whole run: "
+                                f"the first 11 clients' set-up and the exits included) | {cell(tx)} | | | |")
 
+    idle_rows = []
     if "idle" in results:
-        row = results["idle"]
-        per = {s: row.get(s, {}).get("requests_per_second", {}).get(REQUESTS[s][0]) for s in SYSTEMS}
-        out += ["### Idle queue: 10 waiters and a sleeping holder, requests per second over 10 s", "", header, rule,
-                "| requests/s | " + " | ".join(f"{cell(per[s])} {REQUESTS[s][1]}/s" for s in SYSTEMS)
-                + f" | {ratio(per['pgmutex'], per['etcd'])} |", ""]
+        per = {s: of("idle", s, "requests_per_second", {}).get(REQUESTS[s][0]) for s in SYSTEMS}
+        idle_rows.append("| requests/s | " + " | ".join(f"{cell(per[s])} {REQUESTS[s][1]}/s" for s in SYSTEMS)
+                         + f" | {ratio(per['pgmutex'], per['etcd'])} |")
 
-    dead = [k for k in ("dead-head-KILL", "dead-head-STOP") if k in results]
-    if dead:
-        out += ["### Dead or frozen head: holder's command ends → next command starts (ms)", "", header, rule]
-        for key in dead:
-            row = results[key]
-            stall = {s: row.get(s, {}).get("stall_ms") for s in SYSTEMS}
-            what = "SIGKILL" if key.endswith("KILL") else "SIGSTOP"
-            out.append(f"| head waiter {what}ed 0.1 s before the holder ends | "
-                       + " | ".join(("none within 45 s" if stall[s] is None and s in row else cell(stall[s], "{:.0f}"))
-                                    + (f" (w{row[s]['next_holder']})" if row.get(s, {}).get("next_holder") is not None else "")
-                                    for s in SYSTEMS)
-                       + f" | {ratio(stall['pgmutex'], stall['etcd'])} |")
-        out.append("")
+    dead_rows = []
+    for key in ("dead-head-KILL", "dead-head-STOP"):
+        if key not in results:
+            continue
+        stall = {s: of(key, s, "stall_ms") for s in SYSTEMS}
+
+        def stall_cell(s):
+            if s not in results[key]:
+                return "n/a"
+            if stall[s] is None:
+                return "none within 45 s"
+            return f"{stall[s]:.0f} (then w{of(key, s, 'next_holder')})"
+        what = "SIGKILLed" if key.endswith("KILL") else "SIGSTOPped"
+        dead_rows.append(f"| head waiter (w1) {what} 0.1 s before the holder ends | "
+                         + " | ".join(stall_cell(s) for s in SYSTEMS) + f" | {ratio(stall['pgmutex'], stall['etcd'])} |")
+
+    out = (section("Handoff: holder's command ends → next command starts (ms)", handoff_rows)
+           + section("Grant order against arrival order (FIFO: ρ 1.00, max overtaking 0)", fifo_rows)
+           + section("Server requests per handoff (newcomers' set-up included)", request_rows)
+           + section("Idle queue: 10 waiters and a sleeping holder, server requests per second over 10 s", idle_rows)
+           + section("Dead or frozen head: holder's command ends → next command starts (ms)", dead_rows))
     return "\n".join(out)
 
 
