@@ -42,15 +42,27 @@ done
 [[ -n "$pgmutex" && -x "$pgmutex" ]] || { echo "usage: $0 [OPTIONS] PGMUTEX_BINARY (see --help)" >&2; exit 2; }
 
 # Outside with-postgres: install what is missing, then run the rest inside a throwaway Postgres.
+# with-postgres acts on a signal only once its command has ended, so the run goes in its own
+# session and a signal here is passed to all of it (Postgres, in a session of its own, is then
+# stopped by with-postgres).
 if [[ -z "${BENCH_HANDOFF_INSIDE_POSTGRES:-}" ]]; then
   [[ $install -eq 0 ]] || "$repo/scripts/install-deps" --bench
   export BENCH_HANDOFF_INSIDE_POSTGRES=1
-  exec "$repo/scripts/with-postgres" "$0" --no-install --json "$json_out" "${original_args[@]}"
+  setsid "$repo/scripts/with-postgres" "$0" --no-install --json "$json_out" "${original_args[@]}" &
+  inside=$!
+  trap 'kill -TERM -- "-$inside" 2>/dev/null || true' INT TERM HUP
+  while true; do
+    set +e
+    wait "$inside"
+    rc=$?
+    set -e
+    kill -0 "$inside" 2>/dev/null || exit "$rc"  # else wait was cut short by a trapped signal
+  done
 fi
 
 python=/usr/bin/python3  # Debian's, where python3-kazoo is installed
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-handoff.XXXXXX")
-etcd_pid="" zookeeper_pid=""
+etcd_pid="" zookeeper_pid="" workload_pid=""
 
 stop_pid() {  # stop_pid PID: SIGTERM, then SIGKILL after 5 s
   local pid=$1
@@ -62,6 +74,8 @@ stop_pid() {  # stop_pid PID: SIGTERM, then SIGKILL after 5 s
 cleanup() {
   local rc=$?
   # Clients first (their process groups, stopped ones included), then the servers.
+  # The workload first: on SIGTERM it stops its own clients (its finally), within 5 s.
+  [[ -z "$workload_pid" ]] || stop_pid "$workload_pid"
   # queue_workload.py removes its list once it has reaped them all: what is left is still running.
   local list pgid
   for list in "$tmp"/pgids-*; do
@@ -128,7 +142,10 @@ zookeeper_answers() {  # zookeeper_answers PORT WORD: prints the four-letter wor
 import socket, sys
 with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2) as c:
     c.sendall(sys.argv[2].encode())
-    print(c.recv(100).decode())
+    answer = b""
+    while chunk := c.recv(65536):
+        answer += chunk
+    print(answer.decode())
 EOF
 }
 
@@ -152,7 +169,8 @@ EOF
       org.apache.zookeeper.server.ZooKeeperServerMain "$tmp/zookeeper/zoo.cfg" >"$tmp/zookeeper.log" 2>&1 &
     zookeeper_pid=$!
     for _ in $(seq 150); do
-      if [[ "$(zookeeper_answers "$port" ruok 2>/dev/null)" == imok ]]; then
+      # ruok answers before the server serves; mntr gives counters only once it does.
+      if zookeeper_answers "$port" mntr 2>/dev/null | grep -q '^zk_server_state'; then
         export BENCH_ZK_HOSTS="127.0.0.1:$port"
         log "ZooKeeper $(dpkg-query -W -f='${Version}' zookeeper) on 127.0.0.1:$port"
         return 0
@@ -178,8 +196,13 @@ failed=0
 run() {  # run NAME SYSTEM ARGS...: one scenario on one system
   local name=$1 system=$2; shift 2
   log "$name on $system (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  # In the background, waited for: bash runs a trap only once its foreground child has ended,
+  # and a signal must stop the run now (cleanup SIGTERMs the workload, which stops its clients).
   "$python" "$here/queue_workload.py" --system "$system" --spacing "$spacing" --pgids-file "$tmp/pgids-$name-$system" \
-    --workdir "$tmp/work/$name-$system" --out "$tmp/raw/$name-$system.json" "$@" || failed=1
+    --workdir "$tmp/work/$name-$system" --out "$tmp/raw/$name-$system.json" "$@" &
+  workload_pid=$!
+  wait "$workload_pid" || failed=1
+  workload_pid=""
 }
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for scenario in "${scenario_list[@]}"; do

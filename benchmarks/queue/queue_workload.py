@@ -147,13 +147,17 @@ def counters(system: str) -> dict[str, float]:
     if system == "zookeeper":
         host, port = os.environ["BENCH_ZK_HOSTS"].rsplit(":", 1)
         import socket
-        with socket.create_connection((host, int(port)), timeout=5) as conn:
-            conn.sendall(b"mntr")
-            text = b""
-            while chunk := conn.recv(65536):
-                text += chunk
-        match = re.search(r"^zk_packets_received\s+(\d+)", text.decode(), re.M)
-        return {"packets_received": float(match.group(1))}
+        for _ in range(50):  # until it serves: "not currently serving requests" has no counters
+            with socket.create_connection((host, int(port)), timeout=5) as conn:
+                conn.sendall(b"mntr")
+                text = b""
+                while chunk := conn.recv(65536):
+                    text += chunk
+            match = re.search(r"^zk_packets_received\s+(\d+)", text.decode(), re.M)
+            if match:
+                return {"packets_received": float(match.group(1))}
+            time.sleep(0.1)
+        raise RuntimeError(f"ZooKeeper's mntr has no zk_packets_received: {text[:200]!r}")
     raise ValueError(system)
 
 
@@ -260,12 +264,14 @@ def main() -> None:
         record["requested_handoffs"] = args.handoffs
     if args.scenario == "dead-head":
         record["requested_signal"] = args.signal
-    if args.system == "zookeeper":
-        # A mntr read is itself a packet received: measure what reading costs, to take it off.
-        first, second = counters("zookeeper"), counters("zookeeper")
-        record["zookeeper_packets_per_read"] = second["packets_received"] - first["packets_received"]
     failure = None
+    # SIGTERM (bench_handoff.sh ending early) still reaches the finally below: every client goes.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
+        if args.system == "zookeeper":
+            # A mntr read is itself a packet received: measure what reading costs, to take it off.
+            first, second = counters("zookeeper"), counters("zookeeper")
+            record["zookeeper_packets_per_read"] = second["packets_received"] - first["packets_received"]
         {"handoffs": run_handoffs, "idle": run_idle, "dead-head": run_dead_head}[args.scenario](clients, args, record)
     except Exception as error:  # the record is still written: what happened until then
         failure = f"{type(error).__name__}: {error}"
