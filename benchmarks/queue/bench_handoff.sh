@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     --spacing) spacing=$2; shift 2 ;;
     --json) json_out=$(realpath -m "$2"); shift 2 ;;
     --no-install) install=0; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_handoff: unknown option $1" >&2; exit 2 ;;
     *) pgmutex=$(realpath "$1"); shift ;;
   esac
