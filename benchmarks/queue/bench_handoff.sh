@@ -71,6 +71,7 @@ stop_pid() {  # stop_pid PID: SIGTERM, then SIGKILL after 5 s
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   local rc=$?
   # Clients first (their process groups, stopped ones included), then the servers.
@@ -90,7 +91,7 @@ cleanup() {
   [[ -z "$zookeeper_pid" ]] || stop_pid "$zookeeper_pid"
   wait 2>/dev/null || true
   rm -rf "$tmp"
-  return $rc
+  return "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -109,8 +110,8 @@ export BENCH_PG_DSN="host=127.0.0.1 port=$PGPORT dbname=pgmutex user=postgres"
 
 # --- etcd 3.4 on loopback, metrics on their own port ------------------------------------------
 start_etcd() {
-  local try ports client peer metrics
-  for try in 1 2 3; do
+  local client peer metrics
+  for _ in 1 2 3; do
     read -r client peer metrics < <("$python" "$here/free_ports.py" 3)
     rm -rf "$tmp/etcd"
     /usr/bin/etcd --name bench --data-dir "$tmp/etcd" \
@@ -150,8 +151,8 @@ EOF
 }
 
 start_zookeeper() {
-  local try port
-  for try in 1 2 3; do
+  local port
+  for _ in 1 2 3; do
     read -r port < <("$python" "$here/free_ports.py" 1)
     rm -rf "$tmp/zookeeper"; mkdir -p "$tmp/zookeeper/data"
     cat >"$tmp/zookeeper/zoo.cfg" <<EOF
