@@ -251,7 +251,7 @@ class MemoryBackend {
   // holds: no operation (the core sleeps between looks). turn: offered the
   // lock; look: a '' wake-up came, or the lock is available (free, stale, or
   // an offer that lapsed) and the waiter is first in line (the runner-up too
-  // for a stale row), or the place is gone. A killed connection hears nothing.
+  // for a free or stale row), or the place is gone. A killed connection hears nothing.
   std::optional<QueueWake> queue_wake(const WatchRequest& w, std::int64_t ticket) noexcept {
     detail::LightLock lock(server_->mutex_);
     if (server_->faults_.killed(connection_)) return std::nullopt;
@@ -270,9 +270,9 @@ class MemoryBackend {
     const bool first = line.live(alive, 0) == me;
     if (!first && line.live(alive, 1) != me) return std::nullopt;
     const auto now = server_->now();
-    if (row.present && row.last_heartbeat < now - std::max(w.stale_threshold, row.stale_threshold))
-      return QueueWake::look;
-    if (first && available(row, line, w.stale_threshold, now)) return QueueWake::look;
+    if (!row.present || row.last_heartbeat < now - std::max(w.stale_threshold, row.stale_threshold))
+      return QueueWake::look;  // the runner-up too: the head may be a place nobody waits in any more
+    if (first && available(row, line, w.stale_threshold, now)) return QueueWake::look;  // a lapsed offer
     return std::nullopt;
   }
 
