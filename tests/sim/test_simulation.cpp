@@ -141,7 +141,7 @@ Outcome simulate(std::uint64_t seed) {
       frozen(instance_count, false), faulted(instance_count, false);
   std::vector<std::stop_source> stops(instance_count);
   std::vector<std::optional<Result<SimMutex::guard_type>>> waited(instance_count);
-  std::vector<std::int64_t> dead_tickets;  // places of killed waiters
+  std::vector<std::pair<std::string, std::int64_t>> dead_tickets;  // places of killed waiters (lock, ticket)
   std::vector<std::int64_t> places_before(instance_count, 0);  // the last ticket in line when a wait began
   std::vector<ManualClock::time_point> responsive_since(instance_count);
   std::map<std::pair<std::string, std::string>, Fence> queue_fence;  // per lock: the last grant the queue saw
@@ -228,7 +228,7 @@ Outcome simulate(std::uint64_t seed) {
       case 12:  // a waiter's process dies, or it is cancelled
         if (faults.chance(1, 2)) {
           for (const auto& e : sim.server().peek_queue(LockRef{spots[lock].table, spots[lock].name}))
-            if (e.connection == connection) dead_tickets.push_back(e.ticket);
+            if (e.connection == connection) dead_tickets.emplace_back(spots[lock].name, e.ticket);
           sim.server().kill_connection(connection);
           killed[who] = true;
           ++out.kills;
@@ -350,7 +350,7 @@ Outcome simulate(std::uint64_t seed) {
         why << "step " << step << ": " << g.lock << " went to ticket " << g.ticket << " out of line (first live: "
             << (g.live_before.empty() ? 0 : g.live_before.front()) << ")";
         out.failure = why.str();
-      } else if (g.ticket != 0 && std::ranges::find(dead_tickets, g.ticket) != dead_tickets.end()) {
+      } else if (g.ticket != 0 && std::ranges::find(dead_tickets, std::pair{g.lock, g.ticket}) != dead_tickets.end()) {
         why << "step " << step << ": " << g.lock << " went to the killed waiter of ticket " << g.ticket;
         out.failure = why.str();
       }

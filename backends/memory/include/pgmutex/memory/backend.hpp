@@ -422,7 +422,7 @@ class MemoryBackend {
 
   // A release in place: the row goes to the first live waiter not offered
   // anything, as an offer; with nobody live it is deleted ('' for the line).
-  void hand_off(MemoryServer::Row& row, MemoryServer::Table& table, const LockRef& lock_ref) {
+  PGMUTEX_NOINLINE void hand_off(MemoryServer::Row& row, MemoryServer::Table& table, const LockRef& lock_ref) {
     const std::string_view lock_name = lock_ref.lock_name;
     detail::WaiterQueue& line = queue_of(table, lock_name);
     const auto alive = [&](const detail::Waiter& w) { return server_->alive(w); };
@@ -437,7 +437,7 @@ class MemoryBackend {
   }
 
   // A try on a table where someone waits, or a queued try (see AcquireRequest::queue_ticket).
-  void try_in_line(const AcquireRequest& request, Place& place, std::uint64_t history, double grace_left,
+  PGMUTEX_NOINLINE void try_in_line(const AcquireRequest& request, Place& place, std::uint64_t history, double grace_left,
                    std::chrono::nanoseconds now, AcquireResult& result) {
     MemoryServer::Table& table = *place.table;
     MemoryServer::Row& row = *place.row;
