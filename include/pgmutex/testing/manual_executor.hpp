@@ -114,14 +114,14 @@ class ManualExecutor {
   template <class Ready>
   bool wait_until(std::optional<ManualClock::time_point> deadline, Ready&& ready) {
     if (current_fiber() != nullptr) [[unlikely]] {
-      // A spawned thread looks again every 100 ms of virtual time.
+      // A spawned thread looks again every second of virtual time.
       for (;;) {
         if (ready()) return true;
         const auto now = state_->clock.now();
         if (deadline && now >= *deadline) return ready();
         if (!deadline && pending() == 0) return ready();
-        fiber_sleep(deadline ? std::min<std::chrono::nanoseconds>(*deadline - now, std::chrono::milliseconds(100))
-                             : std::chrono::milliseconds(100));
+        fiber_sleep(deadline ? std::min<std::chrono::nanoseconds>(*deadline - now, std::chrono::seconds(1))
+                             : std::chrono::seconds(1));
       }
     }
     for (;;) {
@@ -171,7 +171,9 @@ class ManualExecutor {
 
  private:
   // A spawned thread and the baton it shares with whoever resumed it.
-  struct Fiber {
+  // Whoever resumes it holds it: the fiber may end, and its thread drop its
+  // own reference, while the resumer still leaves the baton's lock.
+  struct Fiber : std::enable_shared_from_this<Fiber> {
     std::thread thread;
     std::mutex mutex;
     std::condition_variable cv;
@@ -209,7 +211,7 @@ class ManualExecutor {
   // In a spawned thread: the world runs for `d` (this handle's clock), then it goes on.
   void fiber_sleep(std::chrono::nanoseconds d) {
     Fiber* fiber = current_fiber();
-    (void)schedule_after(d, [fiber] { fiber->resume(); });
+    (void)schedule_after(d, [held = fiber->shared_from_this()] { held->resume(); });
     fiber->yield();
   }
 

@@ -251,7 +251,7 @@ class MemoryBackend {
   // holds: no operation (the core sleeps between looks). turn: offered the
   // lock; look: a '' wake-up came, or the lock is available (free, stale, or
   // an offer that lapsed) and the waiter is first in line (the runner-up too
-  // for a stale row), or the place is gone. A killed connection hears nothing.
+  // for a free or stale row), or the place is gone. A killed connection hears nothing.
   std::optional<QueueWake> queue_wake(const WatchRequest& w, std::int64_t ticket) noexcept {
     detail::LightLock lock(server_->mutex_);
     if (server_->faults_.killed(connection_)) return std::nullopt;
@@ -270,9 +270,9 @@ class MemoryBackend {
     const bool first = line.live(alive, 0) == me;
     if (!first && line.live(alive, 1) != me) return std::nullopt;
     const auto now = server_->now();
-    if (row.present && row.last_heartbeat < now - std::max(w.stale_threshold, row.stale_threshold))
-      return QueueWake::look;
-    if (first && available(row, line, w.stale_threshold, now)) return QueueWake::look;
+    if (!row.present || row.last_heartbeat < now - std::max(w.stale_threshold, row.stale_threshold))
+      return QueueWake::look;  // the runner-up too: the head may be a place nobody waits in any more
+    if (first && available(row, line, w.stale_threshold, now)) return QueueWake::look;  // a lapsed offer
     return std::nullopt;
   }
 
@@ -422,7 +422,7 @@ class MemoryBackend {
 
   // A release in place: the row goes to the first live waiter not offered
   // anything, as an offer; with nobody live it is deleted ('' for the line).
-  void hand_off(MemoryServer::Row& row, MemoryServer::Table& table, const LockRef& lock_ref) {
+  PGMUTEX_NOINLINE void hand_off(MemoryServer::Row& row, MemoryServer::Table& table, const LockRef& lock_ref) {
     const std::string_view lock_name = lock_ref.lock_name;
     detail::WaiterQueue& line = queue_of(table, lock_name);
     const auto alive = [&](const detail::Waiter& w) { return server_->alive(w); };
@@ -437,7 +437,7 @@ class MemoryBackend {
   }
 
   // A try on a table where someone waits, or a queued try (see AcquireRequest::queue_ticket).
-  void try_in_line(const AcquireRequest& request, Place& place, std::uint64_t history, double grace_left,
+  PGMUTEX_NOINLINE void try_in_line(const AcquireRequest& request, Place& place, std::uint64_t history, double grace_left,
                    std::chrono::nanoseconds now, AcquireResult& result) {
     MemoryServer::Table& table = *place.table;
     MemoryServer::Row& row = *place.row;

@@ -63,6 +63,8 @@ class FaultPlan {
     killed_.emplace(connection);
     rearm();
   }
+  // Whether planned failures or lost replies wait for the next operations.
+  [[nodiscard]] bool pending() const noexcept { return !plan_.empty() || fail_next_ > 0 || lose_replies_ > 0; }
   [[nodiscard]] bool killed(std::string_view connection) const {
     return !killed_.empty() && killed_.contains(connection);
   }

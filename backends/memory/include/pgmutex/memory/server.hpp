@@ -138,6 +138,12 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     detail::LightLock lock(mutex_);
     faults_.lose_replies(n);
   }
+  // Whether planned failures, injected failures or lost replies still wait
+  // for the next operations (a simulation's bookkeeping).
+  [[nodiscard]] bool faults_pending() const {
+    detail::LightLock lock(mutex_);
+    return faults_.pending();
+  }
   // Every statement of the connection hangs, before it is applied, until
   // unhang(): a statement waiting on a row lock (it then runs) or a frozen
   // peer. One whose timeout (HolderKey / AcquireRequest) passes first fails
