@@ -369,8 +369,14 @@ TEST_CASE("a role with only SELECT, INSERT, UPDATE, DELETE on the table and USAG
   // Nothing more: no CREATE on the schema, no other table privilege.
   CHECK_FALSE(admin("SELECT has_schema_privilege('" + role + "', 'public', 'CREATE')")[0][0].as<bool>());
   CHECK(admin("SELECT string_agg(privilege_type, ',' ORDER BY privilege_type) FROM information_schema.role_table_grants"
-              " WHERE grantee = '" + role + "'")[0][0]
+              " WHERE grantee = '" + role + "' AND table_name = '" + table + "'")[0][0]
             .as<std::string>() == "DELETE,INSERT,SELECT,UPDATE");
+  CHECK(admin("SELECT string_agg(privilege_type, ',' ORDER BY privilege_type) FROM information_schema.role_table_grants"
+              " WHERE grantee = '" + role + "' AND table_name = '" + table + "_queue'")[0][0]
+            .as<std::string>() == "DELETE,INSERT,SELECT,UPDATE");
+  CHECK(admin("SELECT count(DISTINCT table_name) FROM information_schema.role_table_grants WHERE grantee = '" + role +
+              "'")[0][0]
+            .as<int>() == 2);
 
   const std::string dsn = "user=" + role;
   for (const StatementMode mode : {StatementMode::automatic, StatementMode::unnamed}) {

@@ -122,7 +122,7 @@ struct QueueWait {
       if (l && *l <= duration::zero()) return leave(Errc::timeout);
       if (stop.stop_requested()) return leave(Errc::cancelled);
       const duration limit = l ? *l : look_without_timeout;
-      const WatchRequest w = watch_of(s, refused);
+      const WatchRequest w = line_watch_of(s, refused);
       using B = decltype(s.io.backend);
       if constexpr (BackendWaitsInQueue<B>) {
         auto woke = s.io.wait_in_queue(queued, w, limit, stop);
@@ -152,6 +152,21 @@ struct QueueWait {
   }
 
  public:
+  // As watch_of, but a waiter in line also looks when the holder would pass
+  // the alert threshold (holder_stale_in is when to look): a silent holder
+  // is then reported (the alert hook) before the line reclaims its lock, as
+  // a polling waiter reported it.
+  template <class State>
+  static WatchRequest line_watch_of(const State& s, const typename State::guard_type& refused) {
+    WatchRequest w = watch_of(s, refused);
+    if (refused.holder() && w.holder_stale_in) {
+      const duration alert_in = std::chrono::duration_cast<duration>(
+          s.options.alert_threshold - s.io.age(refused.holder()->seconds_since_heartbeat));
+      if (alert_in > duration::zero()) w.holder_stale_in = std::min(*w.holder_stale_in, alert_in);
+    }
+    return w;
+  }
+
   // What a waiter knows of the holder its last try met.
   template <class State>
   static WatchRequest watch_of(const State& s, const typename State::guard_type& refused) {
