@@ -205,17 +205,25 @@ class LockStatements {
     return QueuedWaiter{*place, token};
   }
 
-  // Leaves the queue (a timeout, a cancellation). A grant a lost reply may
-  // have confirmed is ours if its row carries our token: the next contact
-  // adopts or deletes it, as an acquire's in doubt. (An offer not yet
-  // confirmed is never adopted: a plain try reports its token as 0.)
+  // Leaves the queue (a timeout, a cancellation); an offer made to the place
+  // meanwhile is passed on by the backend. A grant that a queued try whose
+  // reply was lost may have confirmed is ours if the row carries our token:
+  // released at once, so the line moves on (the waiter gave up), never
+  // adopted later (its heartbeat may be long past by then). A release that
+  // fails leaves it to the next contact, as a failed release does.
   Result<void> dequeue(const QueuedWaiter& queued)
     requires BackendQueuesWaiters<B>
   {
     IoLock io(gate_);
     if (!io) return reentered();
     auto left = backend.dequeue(queue_request(queued), queued.place.ticket);
-    if (queued.outcome_unknown) in_doubt_.push_back(queued.token);
+    if (queued.outcome_unknown) {
+      auto row = backend.inspect(lock_ref());
+      const bool ours = row && *row && (*row)->token == queued.token;
+      if (!row || (ours && !backend.release(HolderKey{lock_ref(), options_.instance_id, (*row)->fence, queued.token,
+                                                        options_.heartbeat_timeout})))
+        unreleased_.push_back(queued.token);
+    }
     return with_context(std::move(left));
   }
 
