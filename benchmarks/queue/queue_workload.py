@@ -11,7 +11,8 @@
 #   handoffs  a holder, 10 queued waiters, a newcomer launched each time one is granted, until
 #             --handoffs handoffs; counters read just before the first release and 0.5 s after
 #             the last grant (so the window holds N releases, N grants and N newcomers' set-up)
-#   idle      a holder sleeping, 10 queued waiters; counters read 10 s apart
+#   idle      a holder sleeping, 10 queued waiters; counters read 10 s apart, from 11 s after
+#             the last waiter queued
 #   dead-head a holder and 3 waiters; the first waiter (the head of a FIFO queue) gets --signal
 #             (KILL or STOP) 0.1 s before the holder's command ends; how long until someone starts
 import argparse
@@ -30,6 +31,11 @@ QUEUED_WAITERS = 10
 DEAD_HEAD_WAITERS = 3
 GRANT_TIMEOUT_S = 45.0  # longer than any peer's stall (etcd TTL 10 s, ZooKeeper session 10 s)
 POLL_S = 0.002
+# The idle window opens this long after the last waiter queued: a Postgres backend flushes its
+# pg_stat_database counters when idle for 10 s (or at a commit 1 s after its last flush), so the
+# waiters' set-up transactions land in the window if it opens sooner. With polling waiters this lag
+# was lost in the polls; with the queue's silent waiters it was the whole idle figure (9.5/s).
+IDLE_SETTLE_S = 11.0
 
 
 class Clients:
@@ -207,12 +213,12 @@ def run_handoffs(clients: Clients, args, record: dict) -> None:
 
 
 def run_idle(clients: Clients, args, record: dict) -> None:
-    clients.launch(0, args.spacing * IDLE_WAITERS + 1.0 + args.idle_seconds + 3.0)
+    clients.launch(0, args.spacing * IDLE_WAITERS + IDLE_SETTLE_S + args.idle_seconds + 3.0)
     clients.wait_for_grants(1)
     for waiter in range(1, IDLE_WAITERS + 1):
         clients.launch(waiter, 1.0)
         time.sleep(args.spacing)
-    time.sleep(1.0)
+    time.sleep(IDLE_SETTLE_S)
     record["window_before"] = counters(args.system)
     record["window_before_time"] = time.time()
     time.sleep(args.idle_seconds)
