@@ -70,14 +70,6 @@ struct Holder {
   void release() { REQUIRE(backend.release(HolderKey{LockRef{table, "job"}, "holder", fence})); }
 };
 
-long long wal_bytes_during(const std::function<void()>& work) {
-  pqxx::connection c("");
-  pqxx::nontransaction tx(c);
-  const auto before = tx.exec("SELECT pg_current_wal_insert_lsn()")[0][0].as<std::string>();
-  work();
-  return tx.exec("SELECT pg_current_wal_insert_lsn() - '" + before + "'::pg_lsn")[0][0].as<long long>();
-}
-
 }  // namespace
 
 TEST_CASE("create_schema makes the queue table, twice over, and adds it to a seed-made table", "[queue][schema]") {
