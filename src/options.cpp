@@ -122,6 +122,7 @@ Result<ValidOptions> validate(Options o, BackendTraits backend) {
   const std::string poll_interval = name(&Options::poll_interval);
   const std::string safety_margin = name(&Options::safety_margin);
   const std::string heartbeat_timeout = name(&Options::heartbeat_timeout);
+  const std::string handoff_deadline = name(&Options::handoff_deadline);
 
   if (auto r = validate_lock_name(o.lock_name, name(&Options::lock_name)); !r) return tl::unexpected(r.error());
   if (o.instance_id.empty()) o.instance_id = default_instance_id();
@@ -164,8 +165,16 @@ Result<ValidOptions> validate(Options o, BackendTraits backend) {
               ", since heartbeats commit asynchronously) = " + seconds_text(needed);
     return fail(Errc::invalid_argument, rule + ": one heartbeat attempt must end before anyone may reclaim");
   }
+  const nanoseconds handoff = o.handoff_deadline.value_or(std::min<nanoseconds>(std::chrono::seconds(2), o.stale_threshold - margin));
+  if (handoff <= nanoseconds::zero())
+    return fail(Errc::invalid_argument, handoff_deadline + " must be > 0, got " + seconds_text(handoff));
+  if (handoff > o.stale_threshold - margin)
+    return fail(Errc::invalid_argument, handoff_deadline + " (" + seconds_text(handoff) + ") must be <= " + stale_threshold +
+                                            " - " + safety_margin + " (" + seconds_text(o.stale_threshold - margin) +
+                                            "): an offer outliving a lease is never needed");
   o.safety_margin = margin;
   o.heartbeat_timeout = attempt;
+  o.handoff_deadline = handoff;
   return filled_in(std::move(o));
 }
 
@@ -189,6 +198,7 @@ Result<Options> options_for_lock(const ValidOptions& options, std::string_view l
   other.poll_interval = options.poll_interval;
   other.safety_margin = options.safety_margin;
   other.heartbeat_timeout = options.heartbeat_timeout;
+  other.handoff_deadline = options.handoff_deadline;
   return other;
 }
 

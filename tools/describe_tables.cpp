@@ -52,10 +52,11 @@ std::string options_table() {
   return out;
 }
 
-// `status`: its text columns and JSON keys.
+// `status`: a record's text columns and JSON keys (a lock, or a waiter in its queue).
+template <class Record>
 std::string status_table() {
   std::string out = "| JSON key | column | meaning |\n|---|---|---|\n";
-  for (const describe::Field& field : describe::Description<pgmutex::cli::LockStatus>::fields) {
+  for (const describe::Field& field : describe::Description<Record>::fields) {
     std::string column(field.column.empty() ? describe::key_of(field) : field.column);
     for (char& c : column) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     out += "| " + code(describe::key_of(field)) + " | " + code(column) + " | " + std::string(field.doc) + " |\n";
@@ -117,11 +118,13 @@ const std::map<std::string, std::function<std::string()>>& tables() {
       {"options", options_table},
       {"run-flags", [] { return flags_table("run"); }},
       {"status-flags", [] { return flags_table("status"); }},
-      {"status", status_table},
+      {"status", status_table<pgmutex::cli::LockStatus>},
+      {"status-queue", status_table<pgmutex::cli::WaiterStatus>},
       {"status-metrics",
        [] {
          return metrics_table<pgmutex::cli::LockStatus>(
-             std::span(&describe::Description<pgmutex::cli::LockStatus>::held, 1));
+                    std::span(&describe::Description<pgmutex::cli::LockStatus>::held, 1)) +
+                metrics_table<pgmutex::cli::WaiterStatus>().substr(std::string_view("| metric | type | meaning |\n|---|---|---|\n").size());
        }},
       {"run-metrics", [] { return metrics_table<pgmutex::cli::RunReport>(); }},
       {"library-metrics", [] { return metrics_table<pgmutex::LockMetrics>({}, "lock"); }},

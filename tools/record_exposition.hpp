@@ -22,8 +22,11 @@ std::string label_text(const Record& record, std::string_view extra_name = {}, s
     text.append(text.empty() ? "" : ",").append(name).append("=\"").append(exposition::escape_label(value)).append("\"");
   };
   describe::for_each_field(record, [&](const describe::Field& field, const auto& value) {
-    if constexpr (std::is_convertible_v<decltype(value), std::string_view>)
+    if constexpr (std::is_convertible_v<decltype(value), std::string_view>) {
       if (!field.label.empty() && field.metric.empty()) add(field.label, value);
+    } else if constexpr (std::is_integral_v<std::remove_cvref_t<decltype(value)>>) {
+      if (!field.label.empty() && field.metric.empty()) add(field.label, std::to_string(value));
+    }
   });
   if (!extra_name.empty()) add(extra_name, extra_value);
   return "{" + text + "}";

@@ -44,6 +44,7 @@ struct RunArgs {
   CLI::Option* timeout_option = nullptr;
   double heartbeat_s = 0;
   double grace_s = 10;
+  double handoff_s = 0;  // 0: the library's default
   std::vector<std::string> command;
   std::string shell_command;  // -c: run as sh -c, as flock -c
   CLI::Option* shell_option = nullptr;
@@ -89,6 +90,7 @@ RunMargin lock_options(const RunArgs& args) {
   options.heartbeat_interval = to_duration(args.heartbeat_s);
   options.alert_threshold = to_duration(args.thresholds.alert_s);
   options.stale_threshold = to_duration(args.thresholds.stale_s);
+  if (args.handoff_s > 0) options.handoff_deadline = to_duration(args.handoff_s);
   return plan_margin(std::move(options), to_duration(args.grace_s));
 }
 
@@ -367,6 +369,10 @@ CommandRunner add_run_command(CLI::App& app) {
   add_threshold_options(*run, args->thresholds);
   run->add_option(heartbeat.name, args->heartbeat_s, heartbeat.help)
       ->capture_default_str()
+      ->type_name("S")
+      ->check(seconds_validator());
+  const FlagText handoff = flag_of(&Options::handoff_deadline);
+  run->add_option(handoff.name, args->handoff_s, handoff.help + " (default min(2, the lease))")
       ->type_name("S")
       ->check(seconds_validator());
   run->add_option("--grace", args->grace_s,

@@ -48,7 +48,7 @@ int execute(const StatusArgs& args) {
   check_threshold_order(args.thresholds);
   PostgresBackend backend = connect_backend(args.connection);
 
-  StatusReport report{args.connection.table, std::nullopt, args.thresholds, {}};
+  StatusReport report{args.connection.table, std::nullopt, args.thresholds, {}, {}};
   if (!args.lock.empty()) {
     report.lock = args.lock;
     auto row = backend.inspect(LockRef{args.connection.table, args.lock});
@@ -59,6 +59,10 @@ int execute(const StatusArgs& args) {
     if (!rows) exit_with(rows.error(), "status", args.connection);
     report.rows = std::move(*rows);
   }
+  auto queue = backend.list_queue(args.connection.table);
+  if (!queue) exit_with(queue.error(), "status", args.connection);
+  report.queue = std::move(*queue);
+  if (report.lock) std::erase_if(report.queue, [&](const QueuedWaiterRow& w) { return w.lock_name != *report.lock; });
 
   const std::string format = args.json ? "json" : args.format;
   if (format == "json")

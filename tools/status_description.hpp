@@ -10,13 +10,14 @@
 #include "status_format.hpp"
 
 BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::LockStatus, lock, instance, fence, acquired_at, seconds_since_heartbeat, state,
-                        host, pid, command);
+                        queue_length, host, pid, command);
+BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::WaiterStatus, lock, position, instance, seconds_waiting, state, host, pid);
 
 namespace pgmutex::describe {
 
 template <>
 struct Description<cli::LockStatus> {
-  static constexpr std::array<Field, 9> fields = {{
+  static constexpr std::array<Field, 10> fields = {{
       {.name = "lock", .doc = "the lock's name", .label = "lock"},
       {.name = "instance", .doc = "the holder's instance id", .label = "instance"},
       {.name = "fence",
@@ -38,6 +39,11 @@ struct Description<cli::LockStatus> {
        .metric = "pgmutex_lock_state",
        .metric_type = "gauge",
        .label = "state"},
+      {.name = "queue_length",
+       .doc = "waiters in the lock's queue (each listed under `queue`)",
+       .column = "QUEUE",
+       .metric = "pgmutex_lock_queue_length",
+       .metric_type = "gauge"},
       {.name = "host", .doc = "the holder's host, as its grant recorded it (null: not recorded)"},
       {.name = "pid", .doc = "the holder's pid (null: not recorded)"},
       {.name = "command", .doc = "the holder's command, its first 200 bytes (null: not recorded)"},
@@ -47,6 +53,29 @@ struct Description<cli::LockStatus> {
                                  .doc = "1 while the lock is held, 0 for a lock asked for by name that nobody holds",
                                  .metric = "pgmutex_lock_held",
                                  .metric_type = "gauge"};
+};
+
+template <>
+struct Description<cli::WaiterStatus> {
+  static constexpr std::array<Field, 7> fields = {{
+      {.name = "lock", .doc = "the lock it waits for", .label = "lock"},
+      {.name = "position", .doc = "its place in line: 1 is next", .label = "position"},
+      {.name = "instance", .doc = "the waiter's instance id", .label = "instance"},
+      {.name = "seconds_waiting",
+       .doc = "seconds since it joined the queue, by the server's clock",
+       .unit = "seconds",
+       .column = "WAITED",
+       .metric = "pgmutex_queue_waiter_seconds",
+       .metric_type = "gauge"},
+      {.name = "state",
+       .doc = "waiting; offered (a release handed it the lock and it has not confirmed yet); or dead (its connection "
+              "closed: the next release skips it); as a metric, 1 for its state and 0 for the others",
+       .metric = "pgmutex_queue_waiter_state",
+       .metric_type = "gauge",
+       .label = "state"},
+      {.name = "host", .doc = "the waiter's host (null: not recorded)"},
+      {.name = "pid", .doc = "the waiter's pid (null: not recorded)"},
+  }};
 };
 
 }  // namespace pgmutex::describe

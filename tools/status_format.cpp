@@ -54,6 +54,15 @@ std::string_view to_string(LockState state) noexcept {
   return "?";
 }
 
+std::string_view to_string(WaiterState state) noexcept {
+  switch (state) {
+    case WaiterState::waiting: return "waiting";
+    case WaiterState::offered: return "offered";
+    case WaiterState::dead: return "dead";
+  }
+  return "?";
+}
+
 std::string iso8601(std::chrono::system_clock::time_point when) {
   using namespace std::chrono;
   const auto whole = floor<seconds>(when);
@@ -92,6 +101,7 @@ std::string text_of(const std::string& text) { return shown(text); }
 std::string text_of(std::int64_t number) { return std::to_string(number); }
 std::string text_of(double seconds) { return age_text(seconds); }
 std::string text_of(LockState state) { return std::string(to_string(state)); }
+std::string text_of(WaiterState state) { return std::string(to_string(state)); }
 std::string text_of(std::chrono::system_clock::time_point when) { return iso8601(when); }
 template <class T>
 std::string text_of(const std::optional<T>& value) {
@@ -104,6 +114,7 @@ nlohmann::json json_of(const std::string& text) { return text; }
 nlohmann::json json_of(std::int64_t number) { return number; }
 nlohmann::json json_of(double seconds) { return seconds; }
 nlohmann::json json_of(LockState state) { return to_string(state); }
+nlohmann::json json_of(WaiterState state) { return to_string(state); }
 nlohmann::json json_of(std::chrono::system_clock::time_point when) { return iso8601(when); }
 template <class T>
 nlohmann::json json_of(const std::optional<T>& value) {
@@ -117,41 +128,20 @@ std::string column_of(const describe::Field& field) {
   return column;
 }
 
-}  // namespace
-
-LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds) {
-  LockStatus status;
-  status.lock = row.lock_name;
-  status.instance = row.instance_id;
-  status.fence = row.fence;
-  status.acquired_at = row.acquired_at;
-  status.seconds_since_heartbeat = row.seconds_since_heartbeat;
-  status.state = state_of(row, thresholds);
-  if (!row.holder_host.empty()) status.host = row.holder_host;
-  if (row.holder_pid != 0) status.pid = row.holder_pid;
-  if (!row.holder_command.empty()) status.command = row.holder_command;
-  return status;
-}
-
-std::string format_text(const StatusReport& report) {
-  if (report.rows.empty()) {
-    if (report.lock) return "lock '" + shown(*report.lock) + "' is not held\n";
-    return "no locks held in table " + report.table + "\n";
-  }
-  constexpr std::size_t columns = describe::field_count<LockStatus>;
+// A described record's lines, aligned in columns under their headers.
+template <class Record>
+std::string aligned_text(const std::vector<Record>& records) {
+  constexpr std::size_t columns = describe::field_count<Record>;
   std::vector<std::array<std::string, columns>> lines(1);
-  for (std::size_t i = 0; i < columns; ++i) lines[0][i] = column_of(describe::Description<LockStatus>::fields[i]);
-  for (const LockRow& row : report.rows) {
+  for (std::size_t i = 0; i < columns; ++i) lines[0][i] = column_of(describe::Description<Record>::fields[i]);
+  for (const Record& record : records) {
     auto& line = lines.emplace_back();
     std::size_t i = 0;
-    describe::for_each_field(status_of(row, report.thresholds),
-                             [&](const describe::Field&, const auto& value) { line[i++] = text_of(value); });
+    describe::for_each_field(record, [&](const describe::Field&, const auto& value) { line[i++] = text_of(value); });
   }
-
   std::array<std::size_t, columns> width{};
   for (const auto& line : lines)
     for (std::size_t i = 0; i < line.size(); ++i) width[i] = std::max(width[i], line[i].size());
-
   std::string text;
   for (const auto& line : lines) {
     for (std::size_t i = 0; i < line.size(); ++i) {
@@ -163,25 +153,87 @@ std::string format_text(const StatusReport& report) {
   return text;
 }
 
+// A described record as a JSON object, keyed as the description says.
+template <class Record>
+nlohmann::json json_object_of(const Record& record) {
+  nlohmann::json object = nlohmann::json::object();
+  describe::for_each_field(record, [&](const describe::Field& field, const auto& value) {
+    object[std::string(describe::key_of(field))] = json_of(value);
+  });
+  return object;
+}
+
+std::int64_t queue_length_of(const StatusReport& report, const std::string& lock) {
+  return std::ranges::count_if(report.queue, [&](const QueuedWaiterRow& w) { return w.lock_name == lock; });
+}
+
+std::vector<LockStatus> statuses_of(const StatusReport& report) {
+  std::vector<LockStatus> statuses;
+  for (const LockRow& row : report.rows)
+    statuses.push_back(status_of(row, report.thresholds, queue_length_of(report, row.lock_name)));
+  return statuses;
+}
+
+}  // namespace
+
+std::vector<WaiterStatus> waiters_of(const StatusReport& report) {
+  std::vector<WaiterStatus> waiters;
+  std::int64_t position = 0;
+  for (const QueuedWaiterRow& row : report.queue) {
+    position = !waiters.empty() && waiters.back().lock == row.lock_name ? position + 1 : 1;
+    WaiterStatus w;
+    w.lock = row.lock_name;
+    w.position = position;
+    w.instance = row.instance_id;
+    w.seconds_waiting = row.seconds_waiting;
+    w.state = !row.alive ? WaiterState::dead : row.offered ? WaiterState::offered : WaiterState::waiting;
+    if (!row.host.empty()) w.host = row.host;
+    if (row.pid != 0) w.pid = row.pid;
+    waiters.push_back(std::move(w));
+  }
+  return waiters;
+}
+
+LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds, std::int64_t queue_length) {
+  LockStatus status;
+  status.lock = row.lock_name;
+  status.instance = row.instance_id;
+  status.fence = row.fence;
+  status.acquired_at = row.acquired_at;
+  status.seconds_since_heartbeat = row.seconds_since_heartbeat;
+  status.state = state_of(row, thresholds);
+  if (!row.holder_host.empty()) status.host = row.holder_host;
+  if (row.holder_pid != 0) status.pid = row.holder_pid;
+  if (!row.holder_command.empty()) status.command = row.holder_command;
+  status.queue_length = queue_length;
+  return status;
+}
+
+std::string format_text(const StatusReport& report) {
+  std::string text;
+  if (report.rows.empty())
+    text = report.lock ? "lock '" + shown(*report.lock) + "' is not held\n" : "no locks held in table " + report.table + "\n";
+  else
+    text = aligned_text(statuses_of(report));
+  if (!report.queue.empty()) text += "\n" + aligned_text(waiters_of(report));
+  return text;
+}
+
 nlohmann::json to_json(const StatusReport& report) {
   auto locks = nlohmann::json::array();
-  for (const LockRow& row : report.rows) {
-    nlohmann::json lock = nlohmann::json::object();
-    describe::for_each_field(status_of(row, report.thresholds), [&](const describe::Field& field, const auto& value) {
-      lock[std::string(describe::key_of(field))] = json_of(value);
-    });
-    locks.push_back(std::move(lock));
-  }
+  for (const LockStatus& status : statuses_of(report)) locks.push_back(json_object_of(status));
+  auto queue = nlohmann::json::array();
+  for (const WaiterStatus& waiter : waiters_of(report)) queue.push_back(json_object_of(waiter));
   return {{"table", report.table},
           {"alert_threshold", report.thresholds.alert_s},
           {"stale_threshold", report.thresholds.stale_s},
-          {"locks", std::move(locks)}};
+          {"locks", std::move(locks)},
+          {"queue", std::move(queue)}};
 }
 
 std::string format_prometheus(const StatusReport& report) {
   using Description = describe::Description<LockStatus>;
-  std::vector<LockStatus> statuses;
-  for (const LockRow& row : report.rows) statuses.push_back(status_of(row, report.thresholds));
+  const std::vector<LockStatus> statuses = statuses_of(report);
 
   std::string out;
   const describe::Field& held = Description::held;
@@ -191,6 +243,8 @@ std::string format_prometheus(const StatusReport& report) {
     exposition::sample(out, held.metric, exposition::labels({{"lock", *report.lock}}), 0);
 
   write_metrics<LockStatus>(out, statuses);
+  const std::vector<WaiterStatus> waiters = waiters_of(report);
+  write_metrics<WaiterStatus>(out, waiters);
   return out;
 }
 

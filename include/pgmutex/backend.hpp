@@ -65,6 +65,12 @@ struct AcquireRequest {
   GrantToken token = 0;  // stored in the row this attempt creates
   std::chrono::nanoseconds timeout{0};  // as in HolderKey
   HolderDetails holder_details{};       // stored with our grant
+  // 0: a plain try, which loses to any live waiter in the lock's queue. Else
+  // the ticket of this waiter's place in the queue (BackendQueuesWaiters),
+  // and `token` is the waiter token it queued with: the try confirms a grant
+  // a release offered to that place, or takes a lock that is free, stale or
+  // whose offer lapsed if no live waiter is ahead of it.
+  std::int64_t queue_ticket = 0;
 };
 
 // The outcome of one try. A losing try is not an error: it names the holder.
@@ -74,12 +80,19 @@ struct AcquireResult {
   std::string holder;         // lost: who holds it; won by takeover: the previous holder
   double holder_age_s = 0.0;  // lost: holder's seconds since heartbeat; takeover: previous holder's
   bool reclaimed = false;     // won by taking over a stale row
-  GrantToken holder_token = 0;  // lost: the holder's grant token (0 for a seed-made row)
+  // lost: the holder's grant token (0 for a seed-made row, and for a grant a
+  // release offered to a queued waiter that has not confirmed it yet: only
+  // that waiter's queued try may take it, never an adopting plain try)
+  GrantToken holder_token = 0;
   // Lost because the server was promoted after a failover and grants nothing
   // that looks free or stale for this many more seconds (the failover grace:
   // a grant the old primary made and the new one never received may still
   // be held). holder is then failover_grace_holder, fence and age 0.
   double failover_grace_left_s = 0.0;
+  // A queued try (queue_ticket != 0) lost because the waiter's place is gone:
+  // its offer lapsed and passed on, or it was swept as dead after a
+  // reconnect. It must enqueue again, at the back.
+  bool queue_place_lost = false;
 };
 
 // The holder an acquire refused by a failover grace names. An instance could
@@ -283,6 +296,92 @@ concept BackendWatchesLocksAsynchronously =
       { b.watch_async(w, std::move(woken)) } noexcept -> std::same_as<Result<WatchId>>;
       { b.cancel_watch(id) } noexcept -> std::same_as<bool>;
     };
+
+// --- Queues: waiting in line (FIFO, one wake-up per release).
+//
+// A waiter that lost a plain try enqueues: it takes a place (a ticket) in the
+// lock's queue, and a release then hands the lock to the first live waiter
+// in place: it offers the grant (a fresh fence, the waiter's token) and wakes
+// that waiter alone, which confirms by a queued try. A waiter whose
+// connection closed is skipped at once; one that does not confirm within its
+// handoff deadline loses its turn. A plain try loses to any live waiter.
+// Skipping a waiter costs fairness only: every grant is still a row written
+// under the table's rules, with a fresh, higher fence.
+
+// A waiter's place in the queue.
+struct QueuePlace {
+  std::int64_t ticket = 0;  // order in the queue; never 0
+  // When the waiter should try (a queued try) at once, without a wake-up:
+  // the lock was free, stale or a lapsed offer when it queued.
+  bool try_now = false;
+  // Waiters ahead of it when it queued, dead ones included.
+  std::int64_t ahead = 0;
+};
+
+// Why a queued waiter woke. turn: a release offered it the lock (its queued
+// try confirms); look: the lock may be available without an offer to it (a
+// release that named nobody, the holder's stale deadline, a late head's
+// handoff deadline as its runner-up sees it, a reconnect): a queued try
+// takes it if no live waiter is ahead, or passes it on to the first one;
+// timed_out, stopped: the wait's limit passed or its stop token fired.
+enum class QueueWake : unsigned char { turn, look, timed_out, stopped };
+
+// The queue's statements. enqueue: LISTEN for the lock's wake-ups (where the
+// backend is told of them), then take a place at the back, with
+// `request.token` as the waiter token (the grant token of the grant it may
+// get) and `handoff_deadline` as how long an offer to it waits. dequeue:
+// leave the queue (a timeout, a cancellation); if a release offered this
+// place the lock meanwhile, pass the offer on as a release would. Errors:
+// the statement's, as a try's.
+// A backend may name the class whose queue it is (`using queue_owner =
+// itself;`): a class derived from it then waits as its own members say (a
+// test's backend that extends a connection to wait for a release), not in
+// the base's queue.
+template <class B>
+concept BackendQueuesWaiters =
+    requires(B& b, const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline, std::int64_t ticket) {
+      { b.enqueue(request, handoff_deadline) } noexcept -> std::same_as<Result<QueuePlace>>;
+      { b.dequeue(request, ticket) } noexcept -> std::same_as<Result<void>>;
+    } && (!requires { typename B::queue_owner; } || std::same_as<typename B::queue_owner, B>);
+
+// A queue whose waiters block until woken, making no statement meanwhile
+// (Postgres: LISTEN on the waiter's connection, then poll() on its socket).
+// `w.holder_stale_in`: when the holder's row goes stale, as the last try saw
+// it (the backend may wake the waiter then with `look`).
+template <class B>
+concept BackendWaitsInQueue =
+    BackendQueuesWaiters<B> && requires(B& b, const WatchRequest& w, std::int64_t ticket,
+                                        std::chrono::nanoseconds timeout, std::stop_token stop) {
+      { b.wait_in_queue(w, ticket, timeout, stop) } noexcept -> std::same_as<Result<QueueWake>>;
+    };
+
+// A queue that says without blocking whether a waiter should wake, reading
+// only what the backend already has (no statement): the mutex then sleeps
+// on its executor between looks, poll_interval at most (the in-memory
+// backend, whose server lives in the process). nullopt: not yet.
+template <class B>
+concept BackendPollsQueue =
+    BackendQueuesWaiters<B> && requires(B& b, const WatchRequest& w, std::int64_t ticket) {
+      { b.queue_wake(w, ticket) } noexcept -> std::same_as<std::optional<QueueWake>>;
+    };
+
+// One waiter in a lock's queue, as an administrator sees it.
+struct QueuedWaiterRow {
+  std::string lock_name;
+  std::int64_t ticket = 0;    // order in the queue
+  std::string instance_id;
+  std::string host;           // as its request recorded it; empty: not recorded
+  std::int64_t pid = 0;       // 0: not recorded
+  double seconds_waiting = 0.0;  // server clock
+  bool offered = false;       // a release offered it the lock; it has not confirmed yet
+  bool alive = true;          // its connection is open (or, pooled, its lease is fresh)
+};
+
+// Every waiter of a table's queues, by lock name, then in queue order.
+template <class B>
+concept BackendListsQueue = requires(B& b, std::string_view table) {
+  { b.list_queue(table) } noexcept -> std::same_as<Result<std::vector<QueuedWaiterRow>>>;
+};
 
 // Runs `job` on the backend's own I/O thread, where the backend's blocking
 // operations run at once, without handing each statement to that thread and

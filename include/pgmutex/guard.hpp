@@ -17,6 +17,7 @@ namespace pgmutex {
 namespace detail {
 struct AsyncAccess;  // see basic_mutex.hpp
 struct AcquireWait;  // see detail/acquire_wait.hpp
+struct QueueWait;    // see detail/queue_wait.hpp
 }  // namespace detail
 
 // Who held the lock when an acquire did not get it.
@@ -122,6 +123,7 @@ class BasicGuard {
   friend State;
   friend struct detail::AsyncAccess;
   friend struct detail::AcquireWait;
+  friend struct detail::QueueWait;
 
   BasicGuard(State* state, std::uint64_t generation, Fence fence) noexcept
       : state_(state), generation_(generation), fence_(fence) {}

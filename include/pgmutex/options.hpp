@@ -42,6 +42,11 @@ struct BasicOptions {
   // included: the statement's lock_timeout and statement_timeout and the
   // client's deadline on the socket. Default: min(safety_margin / 3, 10s).
   Defaulted<std::chrono::nanoseconds> heartbeat_timeout = {};
+  // A queued waiter offered the lock by a release must confirm within this,
+  // or it loses its turn to the next live waiter (a frozen or slow waiter
+  // costs the line this long at most; skipping it costs fairness, never
+  // exclusion). Default: min(2s, stale_threshold - safety_margin).
+  Defaulted<std::chrono::nanoseconds> handoff_deadline = {};
 
   // How long the holder trusts its last good heartbeat (validated options only).
   [[nodiscard]] std::chrono::nanoseconds lease() const

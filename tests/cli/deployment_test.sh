@@ -70,7 +70,7 @@ role="cli_least_$$"
 psql -X -q -v ON_ERROR_STOP=1 -c "CREATE ROLE $role LOGIN" >/dev/null || fail "cannot create role $role"
 expect 0 "owner: schema" pgm schema
 expect 0 "owner: another table, no grants on it" "$PGMUTEX" schema --table "${TABLE}_other"
-psql -X -q -v ON_ERROR_STOP=1 -c "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE TO $role" \
+psql -X -q -v ON_ERROR_STOP=1 -c "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE, ${TABLE}_queue TO $role" \
   -c "GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role" >/dev/null || fail "cannot grant $role"
 export PGMUTEX_DSN="user=$role"
 expect 0 "least privilege: run" pgm run --lock least -- true

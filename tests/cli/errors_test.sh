@@ -72,7 +72,7 @@ contains "$ERR" "run: GRANT SELECT ON $TABLE TO $role (holding locks needs INSER
 psql_admin "$(grep -o "GRANT SELECT ON $TABLE TO $role" "$ERR")"
 expect 0 "that GRANT alone is enough for status" pgm status --dsn "user=$role"
 expect 77 "run without privileges: 77" pgm run --lock g --dsn "user=$role" -- true
-contains "$ERR" "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role" \
+contains "$ERR" "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE, ${TABLE}_queue TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role" \
   "run gives the GRANTs a holder needs, for this table and role"
 grants=$(grep -o "GRANT SELECT.*_fence_seq TO $role" "$ERR")
 psql_admin "$grants"
@@ -160,7 +160,7 @@ contains "$ERR" "pgmutex schema --table 'missing_$$'" "... but the command to ru
 # A primary whose role makes every transaction read-only is not a standby.
 role="cli_ro_$$"
 psql_admin "CREATE ROLE $role LOGIN; ALTER ROLE $role SET default_transaction_read_only = on;
-  GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role"
+  GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE, ${TABLE}_queue TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role"
 expect 76 "a read-only role: 76" pgm run --lock ro --dsn "user=$role" -- true
 contains "$ERR" "default_transaction_read_only is on for role $role" "says the role's setting, not a standby"
 lacks "$ERR" "standby" "never calls a primary a standby"

@@ -29,8 +29,8 @@ read -r doomed_instance doomed_fence doomed_shell <"$WORK/doomed"
 
 expect 0 "status, all ok" pgm status
 equal "$(line_count "$OUT")" "3" "a header and two locks"
-matches "$OUT" "^LOCK +INSTANCE +FENCE +ACQUIRED_AT +HEARTBEAT_AGE +STATE +HOST +PID +COMMAND$" "text header"
-matches "$OUT" "^alive +$alive_instance +$alive_fence +[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +[0-9]+\.[0-9]s +ok +$(hostname) +$alive_pgmutex +sh -c .*$" "text row: alive, with its host, pid and command"
+matches "$OUT" "^LOCK +INSTANCE +FENCE +ACQUIRED_AT +HEARTBEAT_AGE +STATE +QUEUE +HOST +PID +COMMAND$" "text header"
+matches "$OUT" "^alive +$alive_instance +$alive_fence +[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +[0-9]+\.[0-9]s +ok +0 +$(hostname) +$alive_pgmutex +sh -c .*$" "text row: alive, with its host, pid and command"
 matches "$OUT" "^doomed +$doomed_instance +$doomed_fence .* ok .*$" "text row: doomed"
 
 expect 0 "status --json, all ok" pgm status --json
@@ -80,8 +80,39 @@ grep -qE "^pgmutex_lock_state\{.*lock=\"doomed\".*state=\"expired\".* 1$" "$OUT"
 expect 0 "status --format prometheus: stale" pgm status doomed --format prometheus --alert-threshold 0.5 --stale-threshold 1
 grep -qE "^pgmutex_lock_state\{.*lock=\"doomed\".*state=\"stale\".* 1$" "$OUT" && pass "prometheus: state stale 1 past the stale threshold" || fail "prometheus stale: $(cat "$OUT")"
 
+# The queue: two runs wait for 'alive', in line behind its holder.
+queued() { psql -X -At -c "SELECT count(*) FROM ${TABLE}_queue WHERE lock_name = 'alive'" 2>/dev/null; }
+line_pids=()
+for who in first second; do
+  "$PGMUTEX" run --table "$TABLE" --lock alive --instance-id "$who" --wait --timeout 60 -- true &
+  background_pids+=($!)
+  line_pids+=($!)
+  for _ in $(seq 1 200); do [[ "$(queued)" == "${#line_pids[@]}" ]] && break; sleep 0.05; done
+done
+equal "$(queued)" "2" "two runs wait in line for 'alive'"
+expect 0 "status shows the queue" pgm status alive
+matches "$OUT" "^alive .* ok +2 " "text: the lock's QUEUE column counts 2"
+matches "$OUT" "^LOCK +POSITION +INSTANCE +WAITED +STATE +HOST +PID$" "text: the waiters' table follows"
+matches "$OUT" "^alive +1 +first +[0-9.]+s +waiting +.* [0-9]+$" "text: the first in line, waiting, with its pid"
+matches "$OUT" "^alive +2 +second +[0-9.]+s +waiting " "text: the second"
+expect 0 "status --json shows the queue" pgm status alive --json
+equal "$(jq -r '.locks[0].queue_length' "$OUT")" "2" "json: queue_length 2"
+equal "$(jq -r '[.queue[] | "\(.position):\(.instance):\(.state)"] | join(" ")' "$OUT")" "1:first:waiting 2:second:waiting" \
+  "json: the queue in order"
+expect 0 "status --format prometheus shows the queue" pgm status alive --format prometheus
+grep -qE '^pgmutex_lock_queue_length\{lock="alive",.*\} 2$' "$OUT" && pass "prometheus: queue length 2" ||
+  fail "prometheus queue length: $(cat "$OUT")"
+grep -qE '^pgmutex_queue_waiter_state\{lock="alive",position="1",instance="first",state="waiting"\} 1$' "$OUT" &&
+  pass "prometheus: the first waiter's state" || fail "prometheus waiter: $(cat "$OUT")"
+promtool check metrics <"$OUT" >"$WORK/promtool" 2>&1 && [[ ! -s "$WORK/promtool" ]] &&
+  pass "promtool check metrics is silent on the queue's metrics" || fail "promtool: $(cat "$WORK/promtool")"
+
 kill -TERM "$alive_pgmutex"
 wait_exit "$alive_pgmutex" 10
+for pid in "${line_pids[@]}"; do
+  wait_exit "$pid" 30
+  equal "$EXIT" "0" "a waiter in line ran once the holder ended"
+done
 expect 0 "status after the live holder ended" pgm status alive --json
 equal "$(jq -c '.locks' "$OUT")" "[]" "json: the ended holder is gone"
 

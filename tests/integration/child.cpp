@@ -9,6 +9,9 @@
 //                                         loop; once it reads lost, print "lost LAST_HELD_NS
 //                                         FIRST_LOST_NS CHECKS" (steady clock: CLOCK_MONOTONIC,
 //                                         the same in every process) and exit 0
+//   child queue TABLE LOCK INSTANCE HOLD_MS TIMEOUT_MS HANDOFF_MS
+//                                         a blocking acquire (it queues): print "acquired
+//                                         FENCE" (or "not-acquired"), hold HOLD_MS, release, exit
 //
 // Connection info comes from the PG* environment.
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pgmutex/mutex.hpp"
@@ -120,12 +124,29 @@ int stress(const std::string& table, const std::string& lock, int count, const s
 
 }  // namespace
 
+int queue(const std::string& table, const std::string& lock, const std::string& instance, int hold_ms,
+          int timeout_ms, int handoff_ms) {
+  pgmutex::Options o = holder_options(table, lock, instance);
+  o.handoff_deadline = std::chrono::milliseconds(handoff_ms);
+  pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
+  auto guard = mutex.acquire(std::chrono::milliseconds(timeout_ms));
+  if (!guard) {
+    std::cout << "not-acquired" << std::endl;
+    return 1;
+  }
+  std::cout << "acquired " << guard.fence() << std::endl;
+  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  return guard.release(pgmutex::nothrow) ? 0 : 3;
+}
+
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (args.size() == 4 && args[0] == "hold") return hold(args[1], args[2], args[3]);
     if (args.size() == 5 && args[0] == "stress") return stress(args[1], args[2], std::stoi(args[3]), args[4]);
     if (args.size() == 5 && args[0] == "watch") return watch(args[1], args[2], args[3], args[4]);
+    if (args.size() == 7 && args[0] == "queue")
+      return queue(args[1], args[2], args[3], std::stoi(args[4]), std::stoi(args[5]), std::stoi(args[6]));
   } catch (const std::exception& e) {
     std::cerr << "child: " << e.what() << std::endl;
     return 1;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,15 @@ inline std::string fresh_table(std::string_view stem) {
 }
 
 // One statement on a fresh connection from the environment.
+// Bytes of WAL written (by anyone) while `work` runs.
+inline long long wal_bytes_during(const std::function<void()>& work) {
+  pqxx::connection c("");
+  pqxx::nontransaction tx(c);
+  const auto before = tx.exec("SELECT pg_current_wal_insert_lsn()")[0][0].as<std::string>();
+  work();
+  return tx.exec("SELECT pg_current_wal_insert_lsn() - '" + before + "'::pg_lsn")[0][0].as<long long>();
+}
+
 inline pqxx::result admin(const std::string& sql) {
   pqxx::connection c("");
   pqxx::nontransaction tx(c);

@@ -373,17 +373,6 @@ TEST_CASE("each operation means what MemoryBackend says it means", "[backend][se
   }
 }
 
-namespace {
-// Bytes of WAL written (by anyone) while `work` runs.
-long long wal_bytes_during(const std::function<void()>& work) {
-  pqxx::connection c("");
-  pqxx::nontransaction tx(c);
-  const auto before = tx.exec("SELECT pg_current_wal_insert_lsn()")[0][0].as<std::string>();
-  work();
-  return tx.exec("SELECT pg_current_wal_insert_lsn() - '" + before + "'::pg_lsn")[0][0].as<long long>();
-}
-}  // namespace
-
 TEST_CASE("a losing try writes no WAL; the seed's upsert does", "[backend][wal]") {
   const std::string table = fresh_table("wal");
   PostgresBackend holder("");

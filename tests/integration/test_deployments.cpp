@@ -351,9 +351,9 @@ std::string fresh_role(std::string_view stem) {
   return role;
 }
 
-// Only what the lock needs: SELECT, INSERT, UPDATE, DELETE on the table, USAGE on its sequence.
+// Only what the lock needs: SELECT, INSERT, UPDATE, DELETE on the table and its queue, USAGE on its sequence.
 void grant_least(const std::string& table, const std::string& role) {
-  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role);
+  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + ", " + table + "_queue TO " + role);
   admin("GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + role);
 }
 
@@ -369,8 +369,14 @@ TEST_CASE("a role with only SELECT, INSERT, UPDATE, DELETE on the table and USAG
   // Nothing more: no CREATE on the schema, no other table privilege.
   CHECK_FALSE(admin("SELECT has_schema_privilege('" + role + "', 'public', 'CREATE')")[0][0].as<bool>());
   CHECK(admin("SELECT string_agg(privilege_type, ',' ORDER BY privilege_type) FROM information_schema.role_table_grants"
-              " WHERE grantee = '" + role + "'")[0][0]
+              " WHERE grantee = '" + role + "' AND table_name = '" + table + "'")[0][0]
             .as<std::string>() == "DELETE,INSERT,SELECT,UPDATE");
+  CHECK(admin("SELECT string_agg(privilege_type, ',' ORDER BY privilege_type) FROM information_schema.role_table_grants"
+              " WHERE grantee = '" + role + "' AND table_name = '" + table + "_queue'")[0][0]
+            .as<std::string>() == "DELETE,INSERT,SELECT,UPDATE");
+  CHECK(admin("SELECT count(DISTINCT table_name) FROM information_schema.role_table_grants WHERE grantee = '" + role +
+              "'")[0][0]
+            .as<int>() == 2);
 
   const std::string dsn = "user=" + role;
   for (const StatementMode mode : {StatementMode::automatic, StatementMode::unnamed}) {
@@ -481,7 +487,7 @@ TEST_CASE("a role that lacks a privilege on the table or its sequence is told wh
   const std::string table = fresh_table("lacking");
   REQUIRE(PostgresBackend("").create_schema(table));
   const std::string role = fresh_role("lacking_role");
-  const std::string grants = "GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role +
+  const std::string grants = "GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + ", " + table + "_queue TO " + role +
                              "; GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + role;
   PostgresBackend b("user=" + role);
 
@@ -498,8 +504,17 @@ TEST_CASE("a role that lacks a privilege on the table or its sequence is told wh
   CHECK_THAT(status.error().message(), Catch::Contains("run: GRANT SELECT ON " + table + " TO " + role +
                                                        " (holding locks needs INSERT, UPDATE, DELETE too"));
 
-  // The table, not the sequence: a grant (an insert) draws a fence and is refused.
+  // The table, not its queue: every try reads the queue, and is refused.
   admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role);
+  auto no_queue = b.try_acquire(request(table, "job", "me"));
+  REQUIRE_FALSE(no_queue);
+  INFO(no_queue.error().message());
+  CHECK(no_queue.error() == Errc::permission_denied);
+  CHECK_THAT(no_queue.error().message(),
+             Catch::Contains("permission denied for table " + table + "_queue") && Catch::Contains(grants));
+
+  // The table and its queue, not the sequence: a grant (an insert) draws a fence and is refused.
+  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + "_queue TO " + role);
   auto no_sequence = b.try_acquire(request(table, "job", "me"));
   REQUIRE_FALSE(no_sequence);
   INFO(no_sequence.error().message());

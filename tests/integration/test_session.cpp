@@ -657,7 +657,7 @@ struct RoleWith {
   RoleWith(const std::string& table, const std::string& setting) : name(fresh_table("role")) {
     admin("CREATE ROLE " + name + " LOGIN");
     admin("ALTER ROLE " + name + " SET " + setting);
-    admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + name);
+    admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + ", " + table + "_queue TO " + name);
     admin("GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + name);
   }
   RoleWith(const RoleWith&) = delete;

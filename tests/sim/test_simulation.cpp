@@ -16,6 +16,20 @@
 //     in true time, is below the believer's lease on its own clock);
 //   - a fenced resource written by every believer never sees a lower fence
 //     after a higher one.
+// A third of the instances wait in line instead (acquire with a timeout, a
+// spawned thread of the executor each: issue 17's queue), and may be killed
+// (their connection closes for good), frozen (stopped and hung), cancelled
+// (stop token) or left to time out. For the queue, after every step:
+//   - FIFO: every grant from the queue goes to the first live waiter not
+//     offered anything (the line as the server held it then);
+//   - no barging: a plain try is granted only when no live waiter waits;
+//   - a killed waiter is never granted anything after its death;
+//   - fences of the grants the queue makes rise, as every grant's;
+//   - a handoff deadline is honoured: an offer not confirmed by its
+//     deadline is passed on within two polls when the first live waiter
+//     behind it is responsive;
+//   - a waiter that timed out or was cancelled, on a healthy connection,
+//     leaves no place in the line.
 // A failure prints the seed; replay one with
 //   PGMUTEX_SIM_SEED=<seed> build/tests/sim/sim_tests
 // PGMUTEX_SIM_SHARD=K/N runs the K-th of N slices of the seeds (CI runs the
@@ -25,7 +39,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
+#include <map>
+#include <optional>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -58,11 +75,16 @@ std::vector<LockSpot> draw_spots(Prng& setup) {
   return spots;
 }
 
+// Instances 2 and 5 wait in line (a blocking acquire), the others try.
+constexpr bool waits_in_line(int i) { return i % 3 == 2; }
+
 struct Outcome {
   int grants = 0;
   int losses = 0;
   int restarts = 0;
   int pauses = 0;  // whole clients stopped, and timer threads stalled
+  int queued_grants = 0;  // grants a waiter in line got
+  int kills = 0;
   std::string failure;  // empty: every invariant held
 };
 
@@ -74,6 +96,7 @@ Outcome simulate(std::uint64_t seed) {
   Prng setup = root.fork("setup");
 
   Simulation sim;
+  sim.server().record_queue_grants(true);
   const bool asynchronous = setup.chance(1, 2);
   static constexpr std::array<std::chrono::milliseconds, 3> flush_delays{600ms, 5s, 30s};
   if (asynchronous) sim.server().set_asynchronous_heartbeats(flush_delays[setup.below(flush_delays.size())]);
@@ -103,6 +126,7 @@ Outcome simulate(std::uint64_t seed) {
     instances.push_back(sim.instance(Options{.lock_name = spot.name, .instance_id = "i" + std::to_string(i),
                                              .table = spot.table, .heartbeat_interval = interval,
                                              .alert_threshold = alert, .stale_threshold = stale,
+                                             .poll_interval = waits_in_line(i) ? 2s : 500ms,
                                              .safety_margin = stale / 4 + interval},
                                      NoMetrics{}, rate[i]));
     lease_true_s[i] = std::chrono::duration<double>(instances.back().options().lease()).count() / rate[i];
@@ -111,6 +135,16 @@ Outcome simulate(std::uint64_t seed) {
   for (std::size_t k = 0; k < spots.size() && k < table_names.size(); ++k) instances[k].create_schema();
 
   Outcome out;
+  // The waiters in line: whether one's acquire runs, what it returned, and
+  // its faults meanwhile (a dequeue that failed may leave its place).
+  std::vector<bool> waiting(instance_count, false), killed(instance_count, false),
+      frozen(instance_count, false), faulted(instance_count, false);
+  std::vector<std::stop_source> stops(instance_count);
+  std::vector<std::optional<Result<SimMutex::guard_type>>> waited(instance_count);
+  std::vector<std::pair<std::string, std::int64_t>> dead_tickets;  // places of killed waiters (lock, ticket)
+  std::vector<std::int64_t> places_before(instance_count, 0);  // the last ticket in line when a wait began
+  std::vector<ManualClock::time_point> responsive_since(instance_count);
+  std::map<std::pair<std::string, std::string>, Fence> queue_fence;  // per lock: the last grant the queue saw
   std::vector<Fence> last_granted(spots.size(), 0);
   std::vector<Fence> resource(spots.size(), 0);  // the highest fence each protected resource accepted
   std::ostringstream why;
@@ -128,15 +162,54 @@ Outcome simulate(std::uint64_t seed) {
   };
 
   for (int step = 0; step < steps_per_run && out.failure.empty(); ++step) {
+    bool action_to_advance = false;
     const int who = static_cast<int>(actions.below(instance_count));
     const std::size_t lock = static_cast<std::size_t>(who) % spots.size();
     const std::string connection = "i" + std::to_string(who);
-    const std::uint64_t action = actions.below(12);
+    const std::uint64_t action = actions.below(14);
+    if (killed[who]) continue;  // its process died
     if (paused[who] && action != 10) continue;  // a stopped process does nothing
-    switch (action) {
+    if (waiting[who] && action <= 2) continue;  // inside its acquire
+    if (action == 12 && !waiting[who]) action_to_advance = true;
+    if (action == 13 && !waiting[who] && !frozen[who]) action_to_advance = true;
+    // Whatever slows this client down restarts its clock of responsiveness.
+    if (!action_to_advance && (action == 3 || action == 5 || action == 10 || action == 11 || action == 13)) {
+      responsive_since[who] = sim.now();
+      faulted[who] = faulted[who] || waiting[who];
+    }
+    switch (action_to_advance ? 7 : action) {
       case 0:
       case 1:
-        if (!guards[who]) {
+        if (waits_in_line(who) && !guards[who]) {
+          // A blocking acquire, in line, as a thread of its own.
+          waiting[who] = true;
+          // Its statements may fail, the dequeue too, or lose their replies
+          // (an enqueue's: a place nobody waits in).
+          faulted[who] = hung[who] || partitioned[who] || sim.server().faults_pending();
+          places_before[who] = 0;  // a place left by an earlier wait whose dequeue failed is not this one's
+          for (const auto& e : sim.server().peek_queue(LockRef{spots[lock].table, spots[lock].name}))
+            places_before[who] = std::max(places_before[who], e.ticket);
+          responsive_since[who] = sim.now();
+          stops[who] = std::stop_source();
+          const auto timeout = std::chrono::seconds(time.between(5, 120));
+          sim.executor().spawn([&, who, lock, timeout, stop = stops[who].get_token()] {
+            auto got = instances[who].acquire(nothrow, timeout, stop);
+            if (got && *got) {
+              ++out.grants;
+              ++out.queued_grants;
+              if (got->fence() <= last_granted[lock] && out.failure.empty()) {
+                why << "i" << who << " granted fence " << got->fence() << " in line after " << last_granted[lock];
+                out.failure = why.str();
+              }
+              last_granted[lock] = std::max(last_granted[lock], got->fence());
+              guards[who] = std::move(*got);
+            } else {
+              waited[who] = std::move(got);
+            }
+            waiting[who] = false;
+          });
+          sim.executor().run_due();
+        } else if (!guards[who]) {
           auto attempt = instances[who].try_acquire(nothrow);
           if (attempt && *attempt) {
             ++out.grants;
@@ -152,29 +225,55 @@ Outcome simulate(std::uint64_t seed) {
       case 2:
         if (guards[who].owns_lock()) (void)guards[who].release(nothrow);
         break;
+      case 12:  // a waiter's process dies, or it is cancelled
+        if (faults.chance(1, 2)) {
+          for (const auto& e : sim.server().peek_queue(LockRef{spots[lock].table, spots[lock].name}))
+            if (e.connection == connection) dead_tickets.emplace_back(spots[lock].name, e.ticket);
+          sim.server().kill_connection(connection);
+          killed[who] = true;
+          ++out.kills;
+        } else {
+          stops[who].request_stop();
+        }
+        break;
+      case 13:  // a waiter freezes (stopped, its statements hung), or thaws
+        if (paused[who] || stalled[who] || hung[who] != frozen[who]) break;
+        frozen[who] = !frozen[who];
+        hung[who] = frozen[who];
+        if (frozen[who]) {
+          sim.server().hang(connection);
+          toggle_hold(paused, who);
+        } else {
+          toggle_hold(paused, who);
+          sim.server().unhang(connection);
+        }
+        break;
       case 3:
         if (partitioned[who]) sim.server().heal(connection);
         else sim.server().partition(connection);
         partitioned[who] = !partitioned[who];
         break;
       case 4:
+        for (int i = 0; i < instance_count; ++i) faulted[i] = faulted[i] || waiting[i];
         if (faults.chance(1, 2)) sim.server().plan({MemoryServer::Fault::lose_reply});
         else sim.server().fail_next(static_cast<int>(faults.between(1, 3)));
         break;
       case 5:
+        if (frozen[who]) break;
         if (hung[who]) sim.server().unhang(connection);
         else sim.server().hang(connection);
         hung[who] = !hung[who];
         break;
       case 6:
         if (faults.chance(1, 4)) {
+          for (int i = 0; i < instance_count; ++i) faulted[i] = faulted[i] || waiting[i];
           sim.server().restart();
           ++out.restarts;
         }
         break;
       case 10:  // SIGSTOP / SIGCONT of the whole client; its late timers run
                 // at the next advance, and it is checked before
-        if (!stalled[who]) toggle_hold(paused, who);
+        if (!stalled[who] && !frozen[who]) toggle_hold(paused, who);
         break;
       case 11:  // its timer thread stalls, or runs again
         if (!paused[who]) toggle_hold(stalled, who);
@@ -214,8 +313,80 @@ Outcome simulate(std::uint64_t seed) {
         why << "step " << step << ": " << believers << " instances believe they hold " << ref.lock_name;
         out.failure = why.str();
       }
+      // The handoff deadline: an offer that lapsed is passed on within a few
+      // polls by the first live waiter behind it, while that one responds.
+      const auto line = sim.server().peek_queue(ref);
+      const auto offer = std::ranges::find_if(line, [&](const MemoryServer::QueueEntry& e) {
+        return row && e.offered_fence == row->fence && e.instance_id == row->instance_id;
+      });
+      const auto next = std::ranges::find_if(line, [](const MemoryServer::QueueEntry& e) {
+        return e.offered_fence == 0 && e.alive;
+      });
+      if (offer != line.end() && next != line.end() && out.failure.empty()) {
+        const int i = std::stoi(next->instance_id.substr(1));
+        const bool last_of_its_own = std::ranges::count(line, next->connection, &MemoryServer::QueueEntry::connection) == 1;
+        const bool responsive = waiting[i] && last_of_its_own && !paused[i] && !stalled[i] && !partitioned[i] && !hung[i];
+        const auto lapsed_at = ManualClock::time_point(offer->offered_until);
+        const auto since = std::max(lapsed_at, responsive_since[i]);
+        if (responsive && sim.now() > since + 5 * instances[i].options().poll_interval * 106 / 100) {
+          why << "step " << step << ": the offer of " << ref.lock_name << " to " << offer->instance_id
+              << " lapsed at " << lapsed_at.time_since_epoch().count() << " ns and " << next->instance_id
+              << ", responsive since " << responsive_since[i].time_since_epoch().count()
+              << " ns, still waits at " << sim.now().time_since_epoch().count() << " ns";
+          out.failure = why.str();
+        }
+      }
+    }
+    if (sim.server().faults_pending())
+      for (int i = 0; i < instance_count; ++i) faulted[i] = faulted[i] || waiting[i];
+    // Every grant the queue made or allowed since the last step.
+    for (const auto& g : sim.server().take_queue_grants()) {
+      if (!out.failure.empty()) break;
+      if (g.ticket == 0 && !g.live_before.empty()) {
+        why << "step " << step << ": a plain try took " << g.lock << " (fence " << g.fence << ") while "
+            << g.live_before.size() << " live waiters queued";
+        out.failure = why.str();
+      } else if (g.ticket != 0 && (g.live_before.empty() || g.live_before.front() != g.ticket)) {
+        why << "step " << step << ": " << g.lock << " went to ticket " << g.ticket << " out of line (first live: "
+            << (g.live_before.empty() ? 0 : g.live_before.front()) << ")";
+        out.failure = why.str();
+      } else if (g.ticket != 0 && std::ranges::find(dead_tickets, std::pair{g.lock, g.ticket}) != dead_tickets.end()) {
+        why << "step " << step << ": " << g.lock << " went to the killed waiter of ticket " << g.ticket;
+        out.failure = why.str();
+      }
+      Fence& last = queue_fence[{g.table, g.lock}];
+      if (g.fence <= last && out.failure.empty()) {
+        why << "step " << step << ": the queue granted " << g.lock << " fence " << g.fence << " after " << last;
+        out.failure = why.str();
+      }
+      last = g.fence;
+    }
+    // A waiter that gave up (timeout, cancellation) on a healthy connection leaves no place.
+    for (int i = 0; i < instance_count && out.failure.empty(); ++i) {
+      if (!waited[i]) continue;
+      const std::size_t l = static_cast<std::size_t>(i) % spots.size();
+      const std::string own = "i" + std::to_string(i);
+      if (!faulted[i] && !killed[i])
+        for (const auto& e : sim.server().peek_queue(LockRef{spots[l].table, spots[l].name}))
+          if (e.connection == own && e.ticket > places_before[i]) {
+            why << "step " << step << ": " << own << " gave up ("
+                << (*waited[i] ? make_error_code((*waited[i])->why()).message() : waited[i]->error().message())
+                << ") but left ticket " << e.ticket << " in line";
+            out.failure = why.str();
+          }
+      waited[i].reset();
     }
   }
+  // Every waiter returns (its timeout passes) before the world goes.
+  for (int i = 0; i < instance_count; ++i) {
+    const std::string connection = "i" + std::to_string(i);
+    if (hung[i]) sim.server().unhang(connection);
+    if (partitioned[i]) sim.server().heal(connection);
+    if (paused[i] || stalled[i]) sim.resume(connection);
+    paused[i] = stalled[i] = false;
+  }
+  for (int rounds = 0; sim.executor().running() > 0 && rounds < 100; ++rounds) sim.advance(60s);
+  if (sim.executor().running() > 0 && out.failure.empty()) out.failure = "a waiter never returned from its acquire";
   // Held-back tasks hold their mutex's state: every client runs again, and
   // what is due runs, before the mutexes go.
   for (int i = 0; i < instance_count; ++i)

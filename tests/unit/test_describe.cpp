@@ -54,7 +54,7 @@ TEST_CASE("each description names its record's members, in order", "[describe]")
   STATIC_REQUIRE(describe::description_matches<pgmutex::Options>());
   STATIC_REQUIRE(describe::description_matches<pgmutex::ValidOptions>());
   STATIC_REQUIRE(describe::description_matches<pgmutex::LockMetrics>());
-  STATIC_REQUIRE(describe::field_count<pgmutex::Options> == 9);
+  STATIC_REQUIRE(describe::field_count<pgmutex::Options> == 10);
   for (const describe::Field& field : describe::Description<pgmutex::Options>::fields) {
     INFO(field.name);
     CHECK(!field.doc.empty());
@@ -99,7 +99,8 @@ TEST_CASE("validate() copies every member into ValidOptions, defaults filled in"
                                  .stale_threshold = 100s,
                                  .poll_interval = 250ms,
                                  .safety_margin = 20s,
-                                 .heartbeat_timeout = 3s};
+                                 .heartbeat_timeout = 3s,
+                                 .handoff_deadline = 1500ms};
   const auto valid = pgmutex::validate(options);
   REQUIRE(valid);
   int compared = 0;
@@ -114,12 +115,13 @@ TEST_CASE("validate() copies every member into ValidOptions, defaults filled in"
           CHECK(*given == kept);
         ++compared;
       });
-  CHECK(compared == 9);
-  // Left out, the two are computed, and the instance id made up.
+  CHECK(compared == 10);
+  // Left out, the three are computed, and the instance id made up.
   const auto defaults = pgmutex::validate(pgmutex::Options{.lock_name = "job"});
   REQUIRE(defaults);
   CHECK(defaults->safety_margin == 60s);
   CHECK(defaults->heartbeat_timeout == 10s);
+  CHECK(defaults->handoff_deadline == 2s);
   CHECK(!defaults->instance_id.empty());
   CHECK(defaults->lease() == 540s);
 }

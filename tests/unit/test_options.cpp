@@ -197,3 +197,22 @@ TEST_CASE("the safety margin covers one heartbeat attempt, and an interval more 
   REQUIRE(tight);
   CHECK(tight->safety_margin >= tight->heartbeat_timeout + tight->heartbeat_interval);
 }
+
+TEST_CASE("the handoff deadline defaults to 2 s and never outlives a lease", "[options][queue]") {
+  auto seed = validate(valid());
+  REQUIRE(seed);
+  CHECK(seed->handoff_deadline == 2s);
+  // A lease shorter than 2 s gives the default its length.
+  auto tight = validate(Options{.lock_name = "job", .instance_id = "a", .heartbeat_interval = 200ms,
+                                .alert_threshold = 1s, .stale_threshold = 2s});
+  REQUIRE(tight);
+  CHECK(tight->handoff_deadline == tight->lease());
+
+  auto o = valid();
+  o.handoff_deadline = 0s;
+  CHECK_THAT(rejection(o), Catch::Contains("handoff_deadline must be > 0, got 0s"));
+  o.handoff_deadline = 541s;
+  CHECK_THAT(rejection(o), Catch::Contains("handoff_deadline (541s) must be <= stale_threshold - safety_margin (540s)"));
+  o.handoff_deadline = 540s;
+  CHECK(validate(o));
+}

@@ -35,8 +35,9 @@ void name_the_grants(StatementFailure& failure, std::string_view table, const st
     return;
   }
   failure.hint = "role " + r + " needs SELECT, INSERT, UPDATE, DELETE on the lock table " + sql_table(table) +
-                 " and USAGE on its sequence " + sql_fence_sequence(table) + "; as their owner, run: GRANT SELECT, "
-                 "INSERT, UPDATE, DELETE ON " + sql_table(table) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
+                 " and its queue " + sql_queue_table(table) + ", and USAGE on its sequence " +
+                 sql_fence_sequence(table) + "; as their owner, run: GRANT SELECT, INSERT, UPDATE, DELETE ON " +
+                 sql_table(table) + ", " + sql_queue_table(table) + " TO " + r + "; GRANT USAGE ON SEQUENCE " +
                  sql_fence_sequence(table) + " TO " + r;
 }
 

@@ -86,6 +86,16 @@ struct PostgresBackend::Impl {
   std::atomic<bool> unnamed_in_use{false};
   // Waits for release without LISTEN, by lock.
   postgres_detail::ReleasePolls polls;
+  // What this backend's queued waiters know between statements, by ticket
+  // (queue_waits.cpp): whether a payload may concern them soon.
+  struct QueuedHere {
+    bool pid_bound = false;  // its liveness is its connection's backend (else a lease the queued tries refresh)
+    bool near = false;       // head or runner-up as far as it knows: it also wakes at the holder's stale deadline
+    std::chrono::nanoseconds handoff{0};
+    std::optional<std::chrono::steady_clock::time_point> probe_at;  // the runner-up's look at a late head
+    std::chrono::nanoseconds poll_delay{0};  // a waiter that cannot LISTEN: its next look
+  };
+  std::map<std::int64_t, QueuedHere> queued_here;
 
   [[nodiscard]] bool unnamed_mode() const noexcept;
   // `table` must have passed validate_table_name.

@@ -76,6 +76,19 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
             std::to_string(given.pid != 0 ? given.pid : static_cast<std::int64_t>(::getpid())),
             given.command.empty() ? impl_->options.holder_command : std::string(given.command),
             impl_->grace_param()};
+        if (request.queue_ticket != 0) [[unlikely]] {
+          // A queued try (queue_sql.cpp): one statement, never retried here.
+          std::vector<std::string> queued = params;
+          queued.push_back(std::to_string(request.queue_ticket));
+          queued.push_back(std::to_string(session.reported_backend_pid()));
+          queued.push_back(lock_hash(request.lock.lock_name));
+          auto rows = session.run(st.acquire_queued, queued, bound);
+          if (!rows) return tl::unexpected(std::move(rows.error()));
+          AcquireResult answer = read_queued_acquire(*rows);
+          if (answer.acquired && impl_->mark) impl_->durable_done(session);
+          if (answer.acquired || answer.queue_place_lost) impl_->queued_here.erase(request.queue_ticket);
+          return answer;
+        }
         AcquireResult out;
         for (int attempt = 0; attempt < acquire_tries; ++attempt) {
           // Each try that lost changed nothing, so trying again is safe.
@@ -164,6 +177,20 @@ Result<std::vector<LockRow>> PostgresBackend::list(std::string_view table) noexc
         std::vector<LockRow> out;
         out.reserve(rows->size());
         for (std::size_t r = 0; r < rows->size(); ++r) out.push_back(row_from(*rows, r));
+        return out;
+      });
+}
+
+Result<std::vector<QueuedWaiterRow>> PostgresBackend::list_queue(std::string_view table) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<std::vector<QueuedWaiterRow>>(
+      table, "list the queue of '" + std::string(table) + "'", Effect::read, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<std::vector<QueuedWaiterRow>> {
+        auto rows = session.run(st.list_queue, {}, bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        std::vector<QueuedWaiterRow> out;
+        out.reserve(rows->size());
+        for (std::size_t r = 0; r < rows->size(); ++r) out.push_back(waiter_from(*rows, r));
         return out;
       });
 }

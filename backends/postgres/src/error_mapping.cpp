@@ -69,7 +69,8 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
   if (is_connection_state(state)) return Error(Errc::backend_unavailable, describe(cause));
   // Not transient: retrying cannot help, so each gets its own code and the fix.
   if (state == "42P01")
-    return Error(Errc::schema_missing, describe(cause + " (the lock table does not exist: call create_schema() first)"));
+    return Error(Errc::schema_missing, describe(cause + " (the lock table or its queue does not exist: call create_schema() first, or "
+                                                        "run pgmutex schema, which creates or upgrades both)"));
   if (state == "42703")
     return Error(Errc::schema_missing, describe(cause + " (the lock table lacks a column, e.g. one made by the seed's "
                                                         "package or an older version: call create_schema() to upgrade it)"));
@@ -77,8 +78,8 @@ Error to_error(const StatementFailure& failure, std::string_view what, Effect ef
   if (state == "42501") {
     if (!failure.hint.empty()) return Error(Errc::permission_denied, describe(cause + " (" + failure.hint + ")"));
     return Error(Errc::permission_denied,
-                 describe(cause + " (the role needs SELECT, INSERT, UPDATE, DELETE on the lock table and USAGE on its "
-                                  "fence sequence; create_schema() needs CREATE on the schema)"));
+                 describe(cause + " (the role needs SELECT, INSERT, UPDATE, DELETE on the lock table and its queue "
+                                  "table, and USAGE on its fence sequence; create_schema() needs CREATE on the schema)"));
   }
   // A named prepared statement vanished between two statements, or another
   // client's is in the way: a pooler in transaction pooling hands each

@@ -214,6 +214,21 @@ std::vector<std::string> OwnSession::take_notifications() {
   return connection_ ? connection_->take_notifications() : std::vector<std::string>{};
 }
 
+std::vector<std::string> OwnSession::take_payloads(const std::string& channel) {
+  return connection_ ? connection_->take_payloads(channel) : std::vector<std::string>{};
+}
+
+Outcome<PqConnection::Woke> OwnSession::await_input(Deadline deadline, int wake_fd) {
+  if (!connection_) return tl::unexpected(StatementFailure{StatementFailure::Kind::connection_lost, {}, "not connected", false});
+  auto woke = connection_->await_input(deadline, wake_fd);
+  if (!woke) drop();
+  return woke;
+}
+
+int OwnSession::reported_backend_pid() const {
+  return connection_ && !unnamed() ? connection_->reported_backend_pid() : 0;
+}
+
 Outcome<bool> OwnSession::wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) {
   // The LISTEN stays on our connection, so a release between two waits is not missed.
   if (!listening_.contains(channel)) {

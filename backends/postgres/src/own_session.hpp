@@ -46,6 +46,13 @@ class OwnSession final : public Session {
   bool consume_input();
   // The channels notified since the last call (by any statement or read).
   std::vector<std::string> take_notifications();
+  // --- for a queued waiter of the backend (queue_waits.cpp), which blocks
+  // on the socket itself: whether `channel` is LISTENed on the connection
+  // now, the payloads notified on it, and a wait for input (see PqConnection).
+  [[nodiscard]] bool listening(const std::string& channel) const { return connected() && listening_.contains(channel); }
+  std::vector<std::string> take_payloads(const std::string& channel);
+  Outcome<PqConnection::Woke> await_input(Deadline deadline, int wake_fd);
+  int reported_backend_pid() const override;
   // NOTIFYs this connection sent itself are kept too (by default they are
   // not: a backend's own release wakes nobody it serves). A session's
   // releases must wake the session's other waiters.

@@ -53,14 +53,14 @@ PqConnection::PqConnection(pg_conn* connection) noexcept
 PqConnection::PqConnection(PqConnection&& other) noexcept
     : connection_(std::exchange(other.connection_, nullptr)),
       backend_pid_(other.backend_pid_),
-      notified_channels_(std::move(other.notified_channels_)) {}
+      notified_(std::move(other.notified_)) {}
 
 PqConnection& PqConnection::operator=(PqConnection&& other) noexcept {
   if (this != &other) {
     if (connection_ != nullptr) PQfinish(connection_);
     connection_ = std::exchange(other.connection_, nullptr);
     backend_pid_ = other.backend_pid_;
-    notified_channels_ = std::move(other.notified_channels_);
+    notified_ = std::move(other.notified_);
   }
   return *this;
 }
@@ -119,8 +119,8 @@ void PqConnection::collect_notifications() {
   while (PGnotify* n = PQnotifies(connection_)) {
     // Our own releases wake nobody here: this session is the releaser.
     if (n->be_pid != backend_pid_) {
-      if (notified_channels_.size() >= max_pending_notifications) notified_channels_.pop_front();
-      notified_channels_.emplace_back(n->relname);
+      if (notified_.size() >= max_pending_notifications) notified_.pop_front();
+      notified_.push_back(Notified{n->relname, n->extra != nullptr ? n->extra : ""});
     }
     PQfreemem(n);
   }
@@ -311,7 +311,7 @@ std::string PqConnection::user() const {
 }
 
 void PqConnection::discard_notifications(std::string_view channel) {
-  std::erase_if(notified_channels_, [&](const std::string& c) { return c == channel; });
+  std::erase_if(notified_, [&](const Notified& n) { return n.channel == channel; });
 }
 
 int PqConnection::socket() const noexcept { return usable() ? PQsocket(connection_) : -1; }
@@ -327,18 +327,47 @@ bool PqConnection::consume_input() {
 }
 
 std::vector<std::string> PqConnection::take_notifications() {
-  std::vector<std::string> out(std::make_move_iterator(notified_channels_.begin()),
-                               std::make_move_iterator(notified_channels_.end()));
-  notified_channels_.clear();
+  std::vector<std::string> out;
+  out.reserve(notified_.size());
+  for (Notified& n : notified_) out.push_back(std::move(n.channel));
+  notified_.clear();
   return out;
+}
+
+std::vector<std::string> PqConnection::take_payloads(std::string_view channel) {
+  std::vector<std::string> out;
+  for (Notified& n : notified_)
+    if (n.channel == channel) out.push_back(std::move(n.payload));
+  discard_notifications(channel);
+  return out;
+}
+
+Outcome<PqConnection::Woke> PqConnection::await_input(Deadline deadline, int wake_fd) {
+  if (!usable()) return tl::unexpected(broken("the connection is not open", false));
+  for (;;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds::zero()) return Woke::deadline;
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    pollfd p[2] = {{PQsocket(connection_), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int n = ::poll(p, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(ms, 1 << 30)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return tl::unexpected(broken("waiting for a notification", false));
+    }
+    if (n == 0) continue;  // re-check the clock
+    if (wake_fd >= 0 && (p[1].revents & POLLIN) != 0) return Woke::wake_fd;
+    if (PQconsumeInput(connection_) == 0) return tl::unexpected(broken("waiting for a notification", false));
+    collect_notifications();
+    return Woke::input;
+  }
 }
 
 Outcome<bool> PqConnection::wait_for_notification(std::string_view channel, Deadline deadline) {
   if (!usable()) return tl::unexpected(broken("the connection is not open", false));
   const auto take = [&] {
-    const auto before = notified_channels_.size();
+    const auto before = notified_.size();
     discard_notifications(channel);
-    return notified_channels_.size() != before;
+    return notified_.size() != before;
   };
   for (;;) {
     if (PQconsumeInput(connection_) == 0) return tl::unexpected(broken("waiting for a notification", false));

@@ -58,6 +58,14 @@ class PqConnection {
   [[nodiscard]] int socket() const noexcept;
   bool consume_input();
   std::vector<std::string> take_notifications();
+  // The payloads of the NOTIFYs on `channel` that arrived so far, taken out
+  // (a queued waiter reads whom a release offered the lock).
+  std::vector<std::string> take_payloads(std::string_view channel);
+  // Blocks until the socket has input (read at once: true), `wake_fd`
+  // (-1: none) is readable or `deadline` passes (false), making no
+  // statement; an error: the connection is gone.
+  enum class Woke : unsigned char { input, wake_fd, deadline };
+  Outcome<Woke> await_input(Deadline deadline, int wake_fd);
 
   // The server process id the connection's start-up reported (a pooler
   // reports a key of its own), and the one to ignore NOTIFYs from (our own
@@ -87,7 +95,11 @@ class PqConnection {
   pg_conn* connection_ = nullptr;
   int backend_pid_ = 0;
   // NOTIFYs from other sessions, read along with any result; a bounded backlog.
-  std::deque<std::string> notified_channels_;
+  struct Notified {
+    std::string channel;
+    std::string payload;
+  };
+  std::deque<Notified> notified_;
 };
 
 }  // namespace pgmutex::postgres_detail

@@ -46,6 +46,10 @@ class Session {
   // Statements go unnamed, settings stay inside one statement, no LISTEN
   // (StatementMode::unnamed, or automatic behind a pooler).
   [[nodiscard]] virtual bool unnamed() const = 0;
+  // The server process id the connection reported at start-up, if it is
+  // ours alone to the end (0: a borrowed or pooled one). A queued waiter is
+  // bound to that backend's life when the server agrees it is its own.
+  [[nodiscard]] virtual int reported_backend_pid() const { return 0; }
   // The role this connection logged in as (for the GRANT a refusal needs).
   [[nodiscard]] virtual std::string user() const = 0;
 };

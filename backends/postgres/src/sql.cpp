@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "pgmutex/table_name.hpp"
+#include "sql_parts.hpp"
 
 namespace pgmutex::postgres_detail {
 namespace {
@@ -28,7 +29,10 @@ std::string quote_parts(const TableName& name) {
                              : quoted_identifier(name.schema) + "." + quoted_identifier(name.name);
 }
 
-// A string literal: a quoted identifier may hold a single quote.
+}  // namespace
+
+namespace sql_parts {
+
 std::string literal(std::string_view text) {
   std::string out = "'";
   for (char c : text) {
@@ -38,12 +42,20 @@ std::string literal(std::string_view text) {
   return out + "'";
 }
 
+}  // namespace sql_parts
+
+namespace {
+using namespace sql_parts;
+
 // The sequence lives next to the table: mutex_lock -> mutex_lock_fence_seq (fence_sequence_of).
 std::string sequence_of(std::string_view table) { return quote_parts(fence_sequence_of(parts_of(table))); }
 
 // nextval('"schema"."t_fence_seq"').
 std::string nextval(std::string_view table) { return "nextval(" + literal(sequence_of(table)) + ")"; }
 
+}  // namespace
+
+namespace sql_parts {
 // A grant's fence: the sequence's next value plus (timeline - 1) << 40.
 // With asynchronous replication a promoted standby may lack the sequence's
 // newest WAL and hand out values the old primary already gave (measured: 34
@@ -52,7 +64,7 @@ std::string nextval(std::string_view table) { return "nextval(" + literal(sequen
 // 2^40. On timeline 1 the fence is the sequence's value, as before. The
 // timeline is the one WAL is written on now (pg_control_checkpoint() lags
 // after a promotion). Needs only USAGE on the sequence: no setval.
-constexpr std::string_view timeline_value = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
+const std::string_view timeline_value = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
 
 std::string fence_value(std::string_view table) {
   return "(" + nextval(table) + " + ((" + std::string(timeline_value) + " - 1) << 40))";
@@ -60,7 +72,7 @@ std::string fence_value(std::string_view table) {
 
 // The columns a LockRow is read from, in its order. A seed-made row has no
 // token, threshold or holder details: they read as 0 or ''.
-constexpr std::string_view row_columns =
+const std::string_view row_columns =
     "lock_name, instance_id, fence, "
     "(extract(epoch FROM acquired_at) * 1000000)::bigint, "
     "extract(epoch FROM now() - last_heartbeat)::float8, "
@@ -78,8 +90,70 @@ std::string channel_sql(std::string_view table, std::string_view hash_param) {
 
 // A row is stale once older than the larger of the reclaimer's threshold ($3)
 // and the one its holder stored (NULL in a seed-made row: the reclaimer's).
-constexpr std::string_view stale_condition =
+const std::string_view stale_condition =
     "last_heartbeat < now() - greatest($3::float8, coalesce(holder_stale_s, 0)) * interval '1 second'";
+
+const std::string_view forced_synchronous_commit =
+    "set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
+    " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true)";
+
+// The failover grace ($9 seconds; 0 off, negative: the default). On a
+// timeline above 1 (a promoted standby) nothing that looks free or stale is
+// granted until the timeline has been known for the grace: a grant the old
+// primary made and this server never received may still be held, for up
+// to its holder's stale threshold. When the timeline was first seen is the
+// marker row's: lock_name '' (no lock may be called that), fence = the
+// timeline, acquired_at = first seen, holder_stale_s = the longest stale
+// threshold among the rows then (the default grace is the larger of that
+// and the requester's, $3). The marker is written only when it is missing
+// or names another timeline, so a losing try on a known timeline still
+// writes nothing. A live row is reported as usual: its holder keeps it,
+// and its own heartbeats and re-acquire are untouched.
+std::string grace_ctes(std::string_view table) {
+  const std::string t = quote_table(table);
+  const auto grace_of = [](std::string_view longest) {
+    return "CASE WHEN $9::float8 > 0 THEN $9::float8 ELSE greatest($3::float8, " + std::string(longest) + ") END";
+  };
+  const std::string longest_now =
+      "(SELECT coalesce(max(holder_stale_s), 0) FROM " + t + " WHERE locked = 1 AND lock_name <> '')";
+  return " tl AS (SELECT timeline FROM (SELECT " + std::string(timeline_value) + " AS timeline) AS now_on"
+         " WHERE timeline > 1 AND $9::float8 <> 0),"
+         " mk AS (SELECT m.acquired_at AS since, coalesce(m.holder_stale_s, 0) AS longest FROM " + t + " AS m, tl"
+         " WHERE m.locked = 1 AND m.lock_name = '' AND m.fence = tl.timeline),"
+         " mark AS ("
+         " INSERT INTO " + t + " AS m (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence, holder_stale_s)"
+         " SELECT '', 1, '" + std::string(failover_grace_marker) + "', now(), now(), tl.timeline, " + longest_now +
+         " FROM tl WHERE NOT EXISTS (SELECT 1 FROM mk)"
+         " ON CONFLICT (locked, lock_name) DO UPDATE SET fence = excluded.fence, acquired_at = excluded.acquired_at,"
+         " last_heartbeat = excluded.last_heartbeat, holder_stale_s = excluded.holder_stale_s"
+         " WHERE m.fence <> excluded.fence),"
+         " grace AS (SELECT max(left_s) AS left_s FROM ("
+         " SELECT extract(epoch FROM since - now())::float8 + " + grace_of("longest") + " AS left_s FROM mk"
+         " UNION ALL SELECT " + grace_of(longest_now) + " FROM tl WHERE NOT EXISTS (SELECT 1 FROM mk)) AS g),";
+}
+
+const std::string_view in_grace = "coalesce((SELECT left_s FROM grace) > 0, false)";
+
+const std::string_view procs_cte =
+    "procs AS MATERIALIZED (SELECT pg_stat_get_backend_pid(b) AS pid, pg_stat_get_backend_start(b) AS started"
+    " FROM pg_stat_get_backend_idset() AS b)";
+
+std::string alive(std::string_view q) {
+  const std::string a(q);
+  return "CASE WHEN " + a + ".waiter_pid IS NULL THEN " + a + ".last_seen > now() - " + a +
+         ".lease_s * interval '1 second' ELSE EXISTS (SELECT 1 FROM procs AS p WHERE p.pid = " + a +
+         ".waiter_pid AND (p.started IS NULL OR p.started = " + a + ".waiter_started)) END";
+}
+
+std::string quoted_queue(std::string_view table) {
+  const TableName parts = parts_of(table);
+  return quote_parts(TableName{parts.schema, derived_identifier("", parts.name, "_queue")});
+}
+
+}  // namespace sql_parts
+
+namespace {
+using namespace sql_parts;
 
 // The holder's details ($6 host, $7 pid, $8 command): NULL when not given.
 constexpr std::string_view holder_values = " nullif($6::text, ''), nullif($7::bigint, 0), nullif($8::text, '')";
@@ -114,7 +188,7 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v8");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v9");
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;
@@ -149,31 +223,23 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // writes nothing. A live row is reported as usual: its holder keeps it,
   // and its own heartbeats and re-acquire are untouched.
   const std::string no_marker = " AND lock_name <> ''";
-  const auto grace_of = [](std::string_view longest) {
-    return "CASE WHEN $9::float8 > 0 THEN $9::float8 ELSE greatest($3::float8, " + std::string(longest) + ") END";
-  };
-  const std::string longest_now =
-      "(SELECT coalesce(max(holder_stale_s), 0) FROM " + t + " WHERE locked = 1" + no_marker + ")";
-  const std::string in_grace = "coalesce((SELECT left_s FROM grace) > 0, false)";
+  // The queue's rule (issue 17): a plain try loses to any live waiter that
+  // has no offer yet, and to an offer that has not lapsed (the offered row
+  // reads as a holder whose token is 0, so nobody adopts it); it takes over
+  // an offer that lapsed (its waiter died, or let its handoff deadline pass)
+  // as it takes over a stale row. The backend-status snapshot is read only
+  // when the lock has queue rows; a losing try still writes nothing.
+  const std::string q = quoted_queue(table);
   s.acquire = {"pgmutex_acquire" + suffix,
-               "WITH cur AS ("
-               " SELECT instance_id, fence, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
+               "WITH " + std::string(procs_cte) + ", cur AS ("
+               " SELECT instance_id, fence, last_heartbeat, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
                " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
-               " tl AS (SELECT timeline FROM (SELECT " + std::string(timeline_value) + " AS timeline) AS now_on"
-               " WHERE timeline > 1 AND $9::float8 <> 0),"
-               " mk AS (SELECT m.acquired_at AS since, coalesce(m.holder_stale_s, 0) AS longest FROM " + t + " AS m, tl"
-               " WHERE m.locked = 1 AND m.lock_name = '' AND m.fence = tl.timeline),"
-               " mark AS ("
-               " INSERT INTO " + t + " AS m (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence, holder_stale_s)"
-               " SELECT '', 1, '" + std::string(failover_grace_marker) + "', now(), now(), tl.timeline, " + longest_now +
-               " FROM tl WHERE NOT EXISTS (SELECT 1 FROM mk)"
-               " ON CONFLICT (locked, lock_name) DO UPDATE SET fence = excluded.fence, acquired_at = excluded.acquired_at,"
-               " last_heartbeat = excluded.last_heartbeat, holder_stale_s = excluded.holder_stale_s"
-               " WHERE m.fence <> excluded.fence),"
-               " grace AS (SELECT max(left_s) AS left_s FROM ("
-               " SELECT extract(epoch FROM since - now())::float8 + " + grace_of("longest") + " AS left_s FROM mk"
-               " UNION ALL SELECT " + grace_of(longest_now) + " FROM tl WHERE NOT EXISTS (SELECT 1 FROM mk)) AS g),"
+               " queued AS (SELECT 1 FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " +
+                   alive("q") + " LIMIT 1),"
+               " offered AS (SELECT (q.offered_until < now() OR NOT " + alive("q") + ") AS lapsed FROM " + q + " AS q"
+               " JOIN cur ON cur.fence = q.offered_fence AND cur.token = q.waiter_token AND cur.instance_id = q.instance_id"
+               " WHERE q.lock_name = $1)," + grace_ctes(table) +
                " ins AS ("
                " INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
                " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
@@ -181,22 +247,26 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                std::string(holder_values) +
                " FROM (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)))"
                " AS serialized"
-               " WHERE NOT EXISTS (SELECT 1 FROM cur) AND NOT " + in_grace +
+               " WHERE NOT EXISTS (SELECT 1 FROM cur) AND NOT EXISTS (SELECT 1 FROM queued) AND NOT " +
+               std::string(in_grace) +
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
                " upd AS ("
                " UPDATE " + t + " SET instance_id = $2, last_heartbeat = now(), acquired_at = now(),"
                " fence = " + fence_value(table) + ", grant_token = nullif($4::bigint, 0), holder_stale_s = $3::float8,"
                " (holder_host, holder_pid, holder_command) = (SELECT" + std::string(holder_values) + ")"
-               " WHERE locked = 1 AND lock_name = $1 AND " + std::string(stale_condition) +
-               " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale) AND NOT " + in_grace + " RETURNING fence)"
-               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age, c.token, c.stale,"
-               " (SELECT left_s FROM grace)"
+               " WHERE locked = 1 AND lock_name = $1 AND NOT EXISTS (SELECT 1 FROM queued) AND NOT " +
+               std::string(in_grace) +
+               " AND ((" + std::string(stale_condition) + " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale))"
+               " OR (EXISTS (SELECT 1 FROM offered WHERE offered.lapsed)"
+               " AND (fence, last_heartbeat) = (SELECT c2.fence, c2.last_heartbeat FROM cur AS c2)))"
+               " RETURNING fence)"
+               " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age,"
+               " CASE WHEN EXISTS (SELECT 1 FROM offered) THEN 0 ELSE c.token END, c.stale,"
+               " (SELECT left_s FROM grace), EXISTS (SELECT 1 FROM queued)"
                " FROM (VALUES (1)) AS one(x)"
                // A grant must survive a server crash even on a (pooled) session
                // that turned synchronous_commit off: raise it for this statement only.
-               " CROSS JOIN (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit')"
-               " IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END, true), " +
-                   lock_timeout("$5") + ") AS cfg"
+               " CROSS JOIN (SELECT " + std::string(forced_synchronous_commit) + ", " + lock_timeout("$5") + ") AS cfg"
                " LEFT JOIN cur AS c ON true"};
 
   // synchronous_commit is read at commit: set_config(..., true) inside the
@@ -252,22 +322,16 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
           " UPDATE " + t + " AS t SET last_heartbeat = now() FROM mine WHERE t.locked = 1 AND t.lock_name = mine.lock_name"
           " RETURNING mine.i" + (heartbeat_synchronous_commit_off ? ", mine.wal_before, mine.wal_flushed" : "")};
 
-  // The NOTIFY is sent at commit, only if the row was ours.
-  s.release = {"pgmutex_release" + suffix,
-               "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$6") + ") AS cfg" +
-                   " WHERE locked = 1 AND lock_name = $1" + no_marker + " AND instance_id = $2 AND fence = $3"
-                   " AND coalesce(grant_token, 0) = $4::bigint RETURNING 1)"
-                   " SELECT pg_notify(" + channel_sql(table, "$5") + ", '') FROM d"};
+  // The NOTIFY is sent at commit, only if the row was ours: a handoff to
+  // the first live waiter, or '' when the row went (queue_sql.cpp).
+  s.release = handoff_release(table, true, "pgmutex_release" + suffix);
 
   s.inspect = {"pgmutex_inspect" + suffix,
                "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 AND lock_name = $1" + no_marker};
   s.list = {"pgmutex_list" + suffix,
             "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1" + no_marker + " ORDER BY lock_name"};
-  s.force_release = {"pgmutex_force_release" + suffix,
-                     "WITH d AS (DELETE FROM " + t + " USING (SELECT " + lock_timeout("$3") + ") AS cfg" +
-                         " WHERE locked = 1 AND lock_name = $1" + no_marker + " RETURNING " + t + ".*)"
-                         " SELECT " + std::string(row_columns) + ", pg_notify(" + channel_sql(table, "$2") +
-                         ", '') FROM d"};
+  s.force_release = handoff_release(table, false, "pgmutex_force_release" + suffix);
+  add_queue_statements(s, table, suffix);
   return s;
 }
 
@@ -347,7 +411,7 @@ std::string create_schema_sql(std::string_view table) {
          "::regclass AND o.option_name = 'fillfactor')\n"
          "     AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = " + t_literal + "::regclass), 'USAGE') THEN\n"
          "    ALTER TABLE " + t + " SET (fillfactor = " + std::string(fillfactor) + ");\n  END IF;\n"
-         "END $pgmutex$;\n";
+         "END $pgmutex$;\n" + create_queue_sql(table);
 }
 
 }  // namespace pgmutex::postgres_detail

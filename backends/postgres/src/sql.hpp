@@ -38,6 +38,25 @@ struct TableStatements {
   // other lock, and sends the skipped keys again on their own.
   Statement heartbeat_many_skip_locked;
   Statement heartbeat_durable;  // as heartbeat, always committed synchronously (the first after a failover)
+
+  // --- the queue (issue 17; queue_sql.cpp). A release hands the lock to the
+  // first live waiter in place (an offer) and NOTIFYs 'o:<fence>:<head
+  // ticket>:<runner-up ticket or 0>'; '' when the row went and nobody waits.
+  // The plain acquire above loses to any live waiter and to an unlapsed offer.
+  // A queued try: the acquire's $1..$9, then $10 ticket, $11 the backend pid
+  // the connection reported at start-up (0: none), $12 lock hash. Confirms an
+  // offer carrying $4, or reports the place lost, or (the lock available)
+  // gives it to the first live waiter: us, or an offer to that head.
+  Statement acquire_queued;
+  // $1 lock, $2 instance, $3 stale seconds, $4 waiter token, $5 handoff
+  // seconds, $6 lease seconds (a pooled waiter's), $7 reported backend pid,
+  // $8 host, $9 pid, $10 command. Returns ticket, ahead, try_now, pid_bound.
+  Statement enqueue;
+  // $1 lock, $2 ticket, $3 waiter token. Returns dequeued, offered_fence.
+  Statement dequeue;
+  // No parameters. Every waiter: lock, ticket, instance, host, pid, seconds
+  // waiting, offered, alive; by lock, then in queue order.
+  Statement list_queue;
 };
 
 // The failover grace's marker row: lock_name '' (validate_lock_name allows
@@ -56,6 +75,8 @@ std::string quote_table(std::string_view table);
 // pgmutex/table_name.hpp), and its fence sequence likewise.
 std::string sql_table(std::string_view table);
 std::string sql_fence_sequence(std::string_view table);
+// The queue of waiters next to the table: mutex_lock -> mutex_lock_queue.
+std::string sql_queue_table(std::string_view table);
 
 // create_schema's whole work, one multi-statement string that the server runs
 // as one implicit transaction: serialized by an advisory lock, it creates the

@@ -58,6 +58,19 @@ LockRow row_from(const Rows& rows, std::size_t r) {
   return out;
 }
 
+QueuedWaiterRow waiter_from(const Rows& rows, std::size_t r) {
+  QueuedWaiterRow out;
+  out.lock_name = rows.text(r, 0);
+  out.ticket = std::strtoll(rows.text(r, 1).c_str(), nullptr, 10);
+  out.instance_id = rows.text(r, 2);
+  out.host = rows.text(r, 3);
+  out.pid = std::strtoll(rows.text(r, 4).c_str(), nullptr, 10);
+  out.seconds_waiting = double_of(rows.text(r, 5));
+  out.offered = rows.text(r, 6) == "t";
+  out.alive = rows.text(r, 7) == "t";
+  return out;
+}
+
 AcquireResult read_acquire(const Rows& rows, bool& raced) {
   AcquireResult out;
   raced = false;
@@ -95,6 +108,54 @@ AcquireResult read_acquire(const Rows& rows, bool& raced) {
   // another reclaimer took (or its holder released) meanwhile, the holder
   // we saw is gone or unknown: the caller tries again with a fresh snapshot.
   raced = !seen || rows.text(0, 6) == "t";
+  // Lost to the queue (a live waiter): nothing raced, the answer stands.
+  if (rows.rows.at(0).size() > 8 && !rows.is_null(0, 8) && rows.text(0, 8) == "t") raced = false;
+  return out;
+}
+
+AcquireResult read_queued_acquire(const Rows& rows) {
+  AcquireResult out;
+  if (!rows.is_null(0, 0)) {  // confirmed: the row carried our token
+    out.acquired = true;
+    out.fence = fence_of(rows.text(0, 0));
+    return out;
+  }
+  const bool seen = !rows.is_null(0, 3);
+  if (!rows.is_null(0, 1)) {  // first in line when the lock was available: ours
+    out.acquired = true;
+    out.fence = fence_of(rows.text(0, 1));
+    if (seen && rows.text(0, 7) == "t") {
+      out.reclaimed = true;
+      out.holder = rows.text(0, 3);
+      out.holder_age_s = double_of(rows.text(0, 5));
+    }
+    return out;
+  }
+  if (seen) {
+    out.holder = rows.text(0, 3);
+    out.fence = fence_of(rows.text(0, 4));
+    out.holder_age_s = double_of(rows.text(0, 5));
+    out.holder_token = token_of(rows.text(0, 6));
+  }
+  if (rows.text(0, 2) == "t") {
+    out.queue_place_lost = true;
+    return out;
+  }
+  if (!rows.is_null(0, 9)) {  // offered to the head: it holds, as of now
+    out.holder = rows.text(0, 10);
+    out.fence = fence_of(rows.text(0, 9));
+    out.holder_age_s = 0;
+    out.holder_token = 0;
+    return out;
+  }
+  if ((!seen || rows.text(0, 7) == "t") && !rows.is_null(0, 8)) {
+    if (const double left = double_of(rows.text(0, 8)); left > 0) {
+      AcquireResult grace;
+      grace.holder = std::string(failover_grace_holder);
+      grace.failover_grace_left_s = left;
+      return grace;
+    }
+  }
   return out;
 }
 

@@ -23,11 +23,15 @@ std::string token_param(GrantToken token);
 
 // A row read with sql.cpp's row_columns.
 LockRow row_from(const Rows& rows, std::size_t r);
+// Row r of the queue's listing (TableStatements::list_queue).
+QueuedWaiterRow waiter_from(const Rows& rows, std::size_t r);
 
 // One try of an acquire, read as the statement returns it: ins fence, upd
 // fence, then the row it saw. `raced`: it lost to a holder that is gone or
 // unknown, and may be tried again with a fresh snapshot.
 AcquireResult read_acquire(const Rows& rows, bool& raced);
+// A queued try's answer (sql.hpp, acquire_queued).
+AcquireResult read_queued_acquire(const Rows& rows);
 
 // heartbeat_many's answer for `keys` distinct keys: the rows name the
 // (1-based) positions of the keys whose rows it found.

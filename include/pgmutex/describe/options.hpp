@@ -13,7 +13,7 @@
 // Options and ValidOptions are one template (options.hpp): one member list.
 #define PGMUTEX_OPTIONS_MEMBERS                                                                               \
   lock_name, instance_id, table, heartbeat_interval, alert_threshold, stale_threshold, poll_interval, safety_margin, \
-      heartbeat_timeout
+      heartbeat_timeout, handoff_deadline
 BOOST_HANA_ADAPT_STRUCT(pgmutex::Options, PGMUTEX_OPTIONS_MEMBERS);
 BOOST_HANA_ADAPT_STRUCT(pgmutex::ValidOptions, PGMUTEX_OPTIONS_MEMBERS);
 #undef PGMUTEX_OPTIONS_MEMBERS
@@ -22,7 +22,7 @@ namespace pgmutex::describe {
 
 template <template <class> class Defaulted>
 struct Description<BasicOptions<Defaulted>> {
-  static constexpr std::array<Field, 9> fields = {{
+  static constexpr std::array<Field, 10> fields = {{
       {.name = "lock_name",
        .doc = "the lock's name, 1..64 characters",
        .flag = "--lock",
@@ -69,6 +69,13 @@ struct Description<BasicOptions<Defaulted>> {
        .flag = "one heartbeat attempt's timeout",
        .default_text = "min(safety_margin/3, 10 s)",
        .rule = "> 0"},
+      {.name = "handoff_deadline",
+       .doc = "how long a queued waiter that a release offered the lock has to take it, before its turn passes "
+              "to the next live waiter",
+       .unit = "seconds",
+       .flag = "--handoff-deadline",
+       .default_text = "min(2 s, stale_threshold − safety_margin)",
+       .rule = "> 0 and ≤ `stale_threshold − safety_margin`"},
   }};
 };
 

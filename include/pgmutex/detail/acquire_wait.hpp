@@ -1,4 +1,5 @@
-// How a blocking acquire waits between tries: a backend that watches locks
+// How a blocking acquire waits between tries: in the lock's queue
+// (detail/queue_wait.hpp) where the backend keeps one, else a backend that watches locks
 // for all its waiters, one that waits for a release itself, or a sleep
 // through the poll interval; a timeout, a stop token and transient failures
 // end or continue the wait. It only calls the state's try_acquire and the
@@ -14,6 +15,7 @@
 
 #include "pgmutex/backend.hpp"
 #include "pgmutex/error.hpp"
+#include "pgmutex/detail/queue_wait.hpp"
 
 namespace pgmutex::detail {
 
@@ -30,6 +32,7 @@ struct AcquireWait {
     using duration = std::chrono::nanoseconds;
     using guard_type = typename State::guard_type;
     using B = decltype(s.io.backend);
+    if constexpr (BackendQueuesWaiters<B>) return QueueWait::run(s, timeout, std::move(stop));
     const auto start = s.clock.now();
     for (;;) {
       auto attempt = s.try_acquire();
@@ -75,15 +78,9 @@ struct AcquireWait {
     }
   }
 
-  // What a waiter knows of the holder its last try met.
   template <class State>
   static WatchRequest watch_of(const State& s, const typename State::guard_type& refused) {
-    using duration = std::chrono::nanoseconds;
-    WatchRequest w{s.io.lock_ref(), s.options.stale_threshold, std::nullopt};
-    if (refused.holder())
-      w.holder_stale_in =
-          std::max(duration::zero(), s.options.stale_threshold - s.io.age(refused.holder()->seconds_since_heartbeat));
-    return w;
+    return QueueWait::watch_of(s, refused);
   }
 };
 

@@ -32,6 +32,7 @@ struct AcquireAttempt {
   enum class Kind : unsigned char { won, taken, failed };
   Kind kind;
   bool alert;
+  bool place_lost = false;  // taken: a queued try found its place in the queue gone (enqueue again)
   Fence fence;
   GrantToken token;
   TimePoint sent;
@@ -49,6 +50,11 @@ struct AcquireAttempt {
   }
   static AcquireAttempt taken(std::string holder, Fence f, double age, bool alert, double grace_left = 0) {
     return AcquireAttempt(Kind::taken, alert, f, 0, {}, age, grace_left, {}, std::move(holder), std::nullopt);
+  }
+  static AcquireAttempt lost_place(std::string holder, Fence f, double age) {
+    AcquireAttempt a(Kind::taken, false, f, 0, {}, age, 0, {}, std::move(holder), std::nullopt);
+    a.place_lost = true;
+    return a;
   }
   static AcquireAttempt failed(Error e) {
     return AcquireAttempt(Kind::failed, false, 0, 0, {}, 0, 0, {}, {}, std::move(e));
@@ -75,6 +81,15 @@ struct BeatAnswer {
   Result<void> result;
   TimePoint sent;
   ServerSession session;
+};
+
+// A waiter's place in the lock's queue, and the token its grant will carry.
+struct QueuedWaiter {
+  QueuePlace place;
+  GrantToken token = 0;
+  // A queued try's reply was lost: the grant it confirmed may be ours, and
+  // is resolved by trying again while queued, or by the token once out.
+  bool outcome_unknown = false;
 };
 
 template <Backend B, Clock C>
@@ -119,8 +134,10 @@ class LockStatements {
   // One acquire (two tries when the first reply is lost and nothing landed).
   // `held_here(now)` says whether this object holds the lock already: asked
   // under the gate, before any statement.
+  // `queued`: a waiter's try, in its place in the queue (see
+  // AcquireRequest::queue_ticket); null: a plain try.
   template <class HeldHere>
-  Attempt try_acquire(HeldHere&& held_here) {
+  Attempt try_acquire(HeldHere&& held_here, QueuedWaiter* queued = nullptr) {
     IoLock io(gate_);
     if (!io) return Attempt::failed(reentered().value());
     const time_point entered = clock_.now();
@@ -129,6 +146,8 @@ class LockStatements {
                                                                std::to_string(*fence) +
                                                                "); release it before acquiring again"));
     for (int tries = 0; tries < 2; ++tries) {
+      if (queued) [[unlikely]]
+        return try_queued(*queued, tries == 0 ? entered : clock_.now());
       const GrantToken token = next_token();
       // When the statement went out, at the latest: the first try reuses the
       // reading taken once the gate was ours (an earlier send time only
@@ -170,6 +189,60 @@ class LockStatements {
       // Nothing landed and nobody holds the lock: one more try says which.
     }
     return Attempt::failed(Error(Errc::outcome_unknown, context() + ": two acquires in a row lost their replies"));
+  }
+
+  // Takes a place at the back of the lock's queue, with a fresh token.
+  Result<QueuedWaiter> enqueue()
+    requires BackendQueuesWaiters<B>
+  {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    const GrantToken token = next_token();
+    auto place = backend.enqueue(
+        AcquireRequest{lock_ref(), options_.instance_id, options_.stale_threshold, token, options_.heartbeat_timeout},
+        options_.handoff_deadline);
+    if (!place) return with_context<QueuedWaiter>(tl::unexpected(std::move(place.error())));
+    return QueuedWaiter{*place, token};
+  }
+
+  // Leaves the queue (a timeout, a cancellation); an offer made to the place
+  // meanwhile is passed on by the backend. A grant that a queued try whose
+  // reply was lost may have confirmed is ours if the row carries our token:
+  // released at once, so the line moves on (the waiter gave up), never
+  // adopted later (its heartbeat may be long past by then). A release that
+  // fails leaves it to the next contact, as a failed release does.
+  Result<void> dequeue(const QueuedWaiter& queued)
+    requires BackendQueuesWaiters<B>
+  {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    auto left = backend.dequeue(queue_request(queued), queued.place.ticket);
+    if (queued.outcome_unknown) {
+      auto row = backend.inspect(lock_ref());
+      const bool ours = row && *row && (*row)->token == queued.token;
+      if (!row || (ours && !backend.release(HolderKey{lock_ref(), options_.instance_id, (*row)->fence, queued.token,
+                                                        options_.heartbeat_timeout})))
+        unreleased_.push_back(queued.token);
+    }
+    return with_context(std::move(left));
+  }
+
+  // Waits in the queue until woken (no statement), on a backend that blocks.
+  Result<QueueWake> wait_in_queue(const QueuedWaiter& queued, const WatchRequest& w, duration limit, std::stop_token stop)
+    requires BackendWaitsInQueue<B>
+  {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    return with_context(backend.wait_in_queue(w, queued.place.ticket, limit, std::move(stop)));
+  }
+
+  // Whether a waiter should wake, on a backend that answers without blocking.
+  std::optional<QueueWake> queue_wake(const QueuedWaiter& queued, const WatchRequest& w)
+    requires BackendPollsQueue<B>
+  {
+    IoLock io(gate_);
+    if (!io) return QueueWake::look;  // never reached: a waiter is not inside a statement
+    return backend.queue_wake(w, queued.place.ticket);
   }
 
   // Deletes the row of a grant that ended, retrying transient failures. A
@@ -243,6 +316,40 @@ class LockStatements {
 
  private:
   static constexpr int release_attempts = 3;
+
+  AcquireRequest queue_request(const QueuedWaiter& queued) const noexcept {
+    AcquireRequest r{lock_ref(), options_.instance_id, options_.stale_threshold, queued.token, options_.heartbeat_timeout};
+    r.queue_ticket = queued.place.ticket;
+    return r;
+  }
+
+  // A queued try: it confirms an offer to our place, or takes an available
+  // lock if no live waiter is ahead. A lost reply is resolved by trying
+  // again (a confirm is idempotent), never by adopting the row by its
+  // token: until the confirm lands, the queue may still pass an offer on
+  // after its deadline, and adopting it then would make two holders.
+  Attempt try_queued(QueuedWaiter& queued, time_point sent) {
+    for (int tries = 0; tries < 2; ++tries) {
+      if (tries > 0) sent = clock_.now();
+      auto outcome = backend.try_acquire(queue_request(queued));
+      if (!outcome) {
+        if (outcome.error() != Errc::outcome_unknown)
+          return Attempt::failed(with_context<void>(tl::unexpected(std::move(outcome.error()))).error());
+        queued.outcome_unknown = true;
+        continue;
+      }
+      queued.outcome_unknown = false;
+      if (outcome->acquired) {
+        if (outcome->reclaimed) return Attempt::won(outcome->fence, queued.token, sent, session_of_last(), std::move(outcome->holder));
+        return Attempt::won(outcome->fence, queued.token, sent, session_of_last());
+      }
+      if (outcome->queue_place_lost) return Attempt::lost_place(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
+      if (outcome->failover_grace_left_s > 0)
+        return Attempt::taken(std::move(outcome->holder), 0, 0, false, outcome->failover_grace_left_s);
+      return contended(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
+    }
+    return Attempt::failed(Error(Errc::outcome_unknown, context() + ": two queued tries in a row lost their replies"));
+  }
 
   Attempt adopt(Fence fence, GrantToken token, time_point sent, double age_s) {
     std::erase(in_doubt_, token);

@@ -86,12 +86,25 @@ class MutexState {
   // The statements under the I/O gate, then (the gate left) the book and the hooks.
   PGMUTEX_ALWAYS_INLINE Result<guard_type> try_acquire() {
     announce_if_expired();  // a grant held past its deadline is over: said so before a new one begins
-    return finish(io.try_acquire([this](time_point now) -> std::optional<Fence> {
-      if (!book.holds(now)) [[likely]]
-        return std::nullopt;
-      const auto g = book.current(now);
-      return g ? g->fence : 0;
-    }));
+    return finish(io.try_acquire([this](time_point now) { return held_fence(now); }));
+  }
+
+  // A queued waiter's try (detail/acquire_wait.hpp); `place_lost`: refused
+  // because its place in the queue is gone.
+  Result<guard_type> try_acquire_queued(QueuedWaiter& queued, bool& place_lost) {
+    announce_if_expired();
+    auto attempt = io.try_acquire([this](time_point now) { return held_fence(now); }, &queued);
+    place_lost = attempt.place_lost;
+    return finish(std::move(attempt));
+  }
+
+  // The fence this object holds the lock with now (0: a grant whose
+  // details are gone), if it does: a try then refuses to acquire again.
+  PGMUTEX_ALWAYS_INLINE std::optional<Fence> held_fence(time_point now) const noexcept {
+    if (!book.holds(now)) [[likely]]
+      return std::nullopt;
+    const auto g = book.current(now);
+    return g ? g->fence : 0;
   }
 
   // Tries until granted, timed out or stopped (detail/acquire_wait.hpp).

@@ -1,6 +1,12 @@
 // Deterministic scheduling on a ManualClock: tasks run only when time is
 // advanced, in due order (ties in scheduling order), on the advancing thread.
+// A blocking call (a mutex's acquire) can run as a simulated thread of its
+// own (spawn): its waits let the rest of the world run, one thread at a time.
 #pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <thread>
 
 #include <cmath>
 #include <cstdint>
@@ -69,12 +75,55 @@ class ManualExecutor {
   // advancing thread, like every task here, so a simulation stays deterministic.
   void post(Task task) { (void)schedule_after(std::chrono::nanoseconds::zero(), std::move(task)); }
 
+  // Runs `body` as a simulated thread: it starts as a task posted now, and
+  // each of its waits (wait_for, wait_until, advance) hands the time line
+  // back, so that other tasks and threads run meanwhile, and it goes on when
+  // its wait is due (later, if its group is paused: a stopped process). Only
+  // one runs at a time, on its own OS thread: runs stay deterministic. The
+  // caller lets time pass until every spawned body returned (running()).
+  void spawn(std::function<void()> body) {
+    auto fiber = std::make_shared<Fiber>();
+    ++state_->fibers;
+    post([state = state_, fiber, body = std::move(body)]() mutable {
+      fiber->thread = std::thread([state, fiber, body = std::move(body)] {
+        fiber->await_turn();
+        current_fiber() = fiber.get();
+        body();
+        current_fiber() = nullptr;
+        {
+          std::lock_guard lock(state->mutex);
+          --state->fibers;
+        }
+        fiber->finish();
+      });
+      fiber->resume();
+      if (fiber->done) fiber->thread.join();
+      else fiber->thread.detach();  // joined by nobody: it ends on its own, or waits for a world that stopped
+    });
+  }
+  // How many spawned bodies have not returned yet.
+  [[nodiscard]] int running() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->fibers;
+  }
+
   // For a simulated statement that hangs: time passes and due tasks run (the
   // lease deadlines among them) until `ready()` holds or `deadline` comes.
   // Without a deadline it gives up (false) once no task is left that could
   // make `ready()` true. Returns ready().
   template <class Ready>
   bool wait_until(std::optional<ManualClock::time_point> deadline, Ready&& ready) {
+    if (current_fiber() != nullptr) [[unlikely]] {
+      // A spawned thread looks again every second of virtual time.
+      for (;;) {
+        if (ready()) return true;
+        const auto now = state_->clock.now();
+        if (deadline && now >= *deadline) return ready();
+        if (!deadline && pending() == 0) return ready();
+        fiber_sleep(deadline ? std::min<std::chrono::nanoseconds>(*deadline - now, std::chrono::seconds(1))
+                             : std::chrono::seconds(1));
+      }
+    }
     for (;;) {
       if (ready()) return true;
       Task task = take_due(deadline);
@@ -88,12 +137,20 @@ class ManualExecutor {
   // A timed wait is virtual: it advances time, running whatever falls due.
   bool wait_for(std::chrono::nanoseconds delay, std::stop_token stop) {
     if (stop.stop_requested()) return true;
-    advance(true_delay(delay));
+    if (current_fiber() != nullptr) [[unlikely]]
+      fiber_sleep(delay);
+    else
+      advance(true_delay(delay));
     return stop.stop_requested();
   }
 
-  // Advance time by `d`, running each task at its due time, in order.
-  void advance(std::chrono::nanoseconds d) { run_until(state_->clock.now() + d); }
+  // Advance time by `d`, running each task at its due time, in order (from a
+  // spawned thread: lets it pass while the others run).
+  void advance(std::chrono::nanoseconds d) {
+    if (current_fiber() != nullptr) [[unlikely]]
+      return fiber_sleep(d);
+    run_until(state_->clock.now() + d);
+  }
 
   void run_until(ManualClock::time_point target) {
     for (;;) {
@@ -113,6 +170,51 @@ class ManualExecutor {
   }
 
  private:
+  // A spawned thread and the baton it shares with whoever resumed it.
+  // Whoever resumes it holds it: the fiber may end, and its thread drop its
+  // own reference, while the resumer still leaves the baton's lock.
+  struct Fiber : std::enable_shared_from_this<Fiber> {
+    std::thread thread;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool its_turn = false;
+    bool done = false;
+    // The resumer: hands over, then waits until the fiber waits or ends.
+    void resume() {
+      std::unique_lock lock(mutex);
+      its_turn = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return !its_turn; });
+    }
+    // The fiber: hands back, then waits for its next turn.
+    void yield() {
+      std::unique_lock lock(mutex);
+      its_turn = false;
+      cv.notify_all();
+      cv.wait(lock, [&] { return its_turn; });
+    }
+    void await_turn() {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return its_turn; });
+    }
+    void finish() {
+      std::lock_guard lock(mutex);
+      done = true;
+      its_turn = false;
+      cv.notify_all();
+    }
+  };
+  static Fiber*& current_fiber() noexcept {
+    static thread_local Fiber* fiber = nullptr;
+    return fiber;
+  }
+  // In a spawned thread: the world runs for `d` (this handle's clock), then it goes on.
+  void fiber_sleep(std::chrono::nanoseconds d) {
+    Fiber* fiber = current_fiber();
+    (void)schedule_after(d, [held = fiber->shared_from_this()] { held->resume(); });
+    fiber->yield();
+  }
+
   // The first task due by `until` (any time: nullopt) whose group is not
   // paused, taken out of the queue with time moved to its due time (never
   // back: a held task that was due before runs at the current time).
@@ -153,6 +255,7 @@ class ManualExecutor {
     std::map<Key, Entry> queue;
     std::set<std::string, std::less<>> paused;
     TaskId last_id = 0;
+    int fibers = 0;  // spawned bodies still running
   };
   std::shared_ptr<State> state_;
   double rate_ = 1.0;

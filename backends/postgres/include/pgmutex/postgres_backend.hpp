@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -141,11 +142,23 @@ class PostgresBackend {
   Result<void> release(const HolderKey& key) noexcept;
   Result<std::optional<LockRow>> inspect(LockRef lock) noexcept;
   Result<std::vector<LockRow>> list(std::string_view table) noexcept;
+  // Every waiter in the table's queues (BackendListsQueue), for `pgmutex status`.
+  Result<std::vector<QueuedWaiterRow>> list_queue(std::string_view table) noexcept;
   Result<std::optional<LockRow>> force_release(LockRef lock) noexcept;
 
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
+  // The queue (BackendWaitsInQueue; issue 17): on its own connection the
+  // backend LISTENs, then takes a place, and waits in poll() on the socket,
+  // making no statement until a release names its ticket. Over a pool, a
+  // pgmutex::Session or a transaction pooler it cannot LISTEN: it looks
+  // with backoff (25 ms to 1 s), each look a queued try that also keeps
+  // its place's lease.
+  Result<QueuePlace> enqueue(const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline) noexcept;
+  Result<void> dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept;
+  Result<QueueWake> wait_in_queue(const WatchRequest& w, std::int64_t ticket, std::chrono::nanoseconds timeout,
+                                  std::stop_token stop) noexcept;
   // The server session the last operation ran on: another after a reconnect
   // (our connection) or on another server process (a pool's), so a restart
   // between two heartbeats shows (see BackendReportsSession). Behind a

@@ -19,12 +19,16 @@
 #include "pgmutex/error.hpp"
 #include "pgmutex/memory/same_text.hpp"
 #include "pgmutex/memory/server.hpp"
+#include "pgmutex/memory/waiter_queue.hpp"
 #include "pgmutex/options.hpp"
 
 namespace pgmutex {
 
 class MemoryBackend {
  public:
+  // Its queue is its own: a class derived from it does not wait in it (backend.hpp).
+  using queue_owner = MemoryBackend;
+
   // `connection` names this connection for partition() and drop_connection().
   explicit MemoryBackend(std::shared_ptr<MemoryServer> server, std::string connection = "default")
       : server_(std::move(server)), connection_(std::move(connection)) {}
@@ -84,6 +88,12 @@ class MemoryBackend {
     double grace_left = 0;
     if (history != 0) [[unlikely]]
       grace_left = server_->failover_grace_left(*found->table, history, request.stale_threshold, now);
+    // A queued try, or a table where someone waits in line: the queue's rules.
+    if ((request.queue_ticket | static_cast<std::int64_t>(found->table->waiting)) != 0) [[unlikely]] {
+      try_in_line(request, *found, history, grace_left, now, result);
+      if (server_->reply_lost()) out = fail(Errc::outcome_unknown, "reply lost after commit");
+      return out;
+    }
     // Stale past the larger of our threshold and the holder's: a client with
     // a shorter one cannot take a lock from a holder that keeps a longer one.
     if (row.present && !(row.last_heartbeat < now - std::max(request.stale_threshold, row.stale_threshold))) {
@@ -100,19 +110,8 @@ class MemoryBackend {
         result.holder = row.instance_id;
         result.holder_age_s = server_->age_seconds(row);
       }
-      row.present = true;
-      if (!detail::same_text(row.instance_id, request.instance_id)) row.instance_id.assign(request.instance_id);
-      row.fence = ++found->table->sequence + static_cast<Fence>(history << 40);
-      row.token = request.token;
-      row.stale_threshold = request.stale_threshold;
-      // Assigned only when they differ: the same holder acquiring again copies nothing.
-      if (!detail::same_text(row.holder_host, request.holder_details.host)) row.holder_host.assign(request.holder_details.host);
-      row.holder_pid = request.holder_details.pid;
-      if (!detail::same_text(row.holder_command, request.holder_details.command))
-        row.holder_command.assign(request.holder_details.command);
-      row.last_heartbeat = row.acquired_at = now;
-      MemoryServer::made_durable(row);
-      server_->flush();
+      grant(row, *found->table, history, request.instance_id, request.token, request.stale_threshold,
+            request.holder_details.host, request.holder_details.pid, request.holder_details.command, now);
       result.acquired = true;
       result.fence = row.fence;
     }
@@ -122,7 +121,7 @@ class MemoryBackend {
 
   Result<void> heartbeat(const HolderKey& key) noexcept {
     last_durability_ = {};
-    return on_holder_row(key, [&](MemoryServer::Row& row) {
+    return on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table&) {
       // The first heartbeat after a failover is durable (BackendReportsHistory),
       // and one the mutex asks to be (HolderKey::durable).
       const std::uint64_t history = server_->history_.load(std::memory_order_relaxed);
@@ -141,8 +140,12 @@ class MemoryBackend {
   // BackendReportsDurability and MemoryServer::set_asynchronous_heartbeats.
   [[nodiscard]] HeartbeatDurability last_heartbeat_durability() const noexcept { return last_durability_; }
 
+  // With someone in line for the lock, the row goes to the first live
+  // waiter as an offer (one wake-up); else it is deleted.
   Result<void> release(const HolderKey& key) noexcept {
-    return on_holder_row(key, [&](MemoryServer::Row& row) {
+    return on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
+      if (table.waiting != 0) [[unlikely]]
+        return hand_off(row, table, key.lock);
       row.present = false;
       server_->flush();
     });
@@ -171,7 +174,7 @@ class MemoryBackend {
   }
 
   Result<std::optional<LockRow>> inspect(LockRef lock_ref) noexcept {
-    return on_present_row(lock_ref, [](MemoryServer::Row&) {});
+    return on_present_row(lock_ref, [](MemoryServer::Row&, MemoryServer::Table&) {});
   }
 
   Result<std::vector<LockRow>> list(std::string_view table_name) noexcept {
@@ -188,8 +191,89 @@ class MemoryBackend {
     return rows;
   }
 
+  // An administrator's release: hands off to the line as release() does.
   Result<std::optional<LockRow>> force_release(LockRef lock_ref) noexcept {
-    return on_present_row(lock_ref, [](MemoryServer::Row& row) { row.present = false; });
+    return on_present_row(lock_ref, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
+      if (table.waiting != 0) return hand_off(row, table, lock_ref);
+      row.present = false;
+    });
+  }
+
+  // ---- the queue (BackendQueuesWaiters, BackendPollsQueue) ----------------
+
+  // A place at the back of the lock's line, with request.token as the waiter token.
+  Result<QueuePlace> enqueue(const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline) noexcept {
+    server_->delay();
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, request.timeout) : std::nullopt)
+      return tl::unexpected(std::move(*hung));
+    detail::LightLock lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto found = row_for(request.lock);
+    if (!found) return tl::unexpected(std::move(found.error()));
+    MemoryServer::Table& table = *found->table;
+    detail::WaiterQueue& line = queue_of(table, request.lock.lock_name);
+    QueuePlace place;
+    place.ticket = ++table.last_ticket;
+    place.ahead = static_cast<std::int64_t>(line.waiters.size());
+    place.try_now = available(*found->row, line, request.stale_threshold, server_->now());
+    line.waiters.push_back(detail::Waiter{place.ticket, request.token, std::string(request.instance_id), connection_,
+                                          request.stale_threshold, handoff_deadline,
+                                          std::string(request.holder_details.host), request.holder_details.pid,
+                                          std::string(request.holder_details.command), 0, {}, line.freed});
+    ++table.waiting;
+    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
+    return place;
+  }
+
+  // Leaves the line; an offer made to this place meanwhile is passed on, as a release.
+  Result<void> dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept {
+    server_->delay();
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, request.timeout) : std::nullopt)
+      return tl::unexpected(std::move(*hung));
+    detail::LightLock lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto found = row_for(request.lock);
+    if (!found) return tl::unexpected(std::move(found.error()));
+    MemoryServer::Table& table = *found->table;
+    MemoryServer::Row& row = *found->row;
+    detail::WaiterQueue& line = queue_of(table, request.lock.lock_name);
+    if (detail::Waiter* me = line.find(ticket); me != nullptr && me->token == request.token) {
+      if (me->offered_fence != 0 && row.present && row.fence == me->offered_fence && row.token == me->token)
+        hand_off(row, table, request.lock);  // sweeps our place with the offer
+      else
+        table.waiting -= line.remove_if([&](const detail::Waiter& w) { return w.ticket == ticket; });
+    }
+    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
+    return {};
+  }
+
+  // Whether the waiter with `ticket` should wake, from what the server
+  // holds: no operation (the core sleeps between looks). turn: offered the
+  // lock; look: a '' wake-up came, or the lock is available (free, stale, or
+  // an offer that lapsed) and the waiter is first in line (the runner-up too
+  // for a free or stale row), or the place is gone. A killed connection hears nothing.
+  std::optional<QueueWake> queue_wake(const WatchRequest& w, std::int64_t ticket) noexcept {
+    detail::LightLock lock(server_->mutex_);
+    if (server_->faults_.killed(connection_)) return std::nullopt;
+    auto found = row_for(w.lock);
+    if (!found) return QueueWake::look;
+    detail::WaiterQueue& line = queue_of(*found->table, w.lock.lock_name);
+    detail::Waiter* me = line.find(ticket);
+    if (me == nullptr) return QueueWake::look;  // the queued try says why
+    if (me->offered_fence != 0) return QueueWake::turn;
+    if (me->seen_freed != line.freed) {
+      me->seen_freed = line.freed;
+      return QueueWake::look;
+    }
+    const MemoryServer::Row& row = *found->row;
+    const auto alive = [&](const detail::Waiter& x) { return server_->alive(x); };
+    const bool first = line.live(alive, 0) == me;
+    if (!first && line.live(alive, 1) != me) return std::nullopt;
+    const auto now = server_->now();
+    if (!row.present || row.last_heartbeat < now - std::max(w.stale_threshold, row.stale_threshold))
+      return QueueWake::look;  // the runner-up too: the head may be a place nobody waits in any more
+    if (first && available(row, line, w.stale_threshold, now)) return QueueWake::look;  // a lapsed offer
+    return std::nullopt;
   }
 
  private:
@@ -241,7 +325,7 @@ class MemoryBackend {
     const auto found = (*table)->rows.find(lock_ref.lock_name);
     if (found == (*table)->rows.end() || !found->second.present) return std::optional<LockRow>{};
     auto before = server_->to_row(found->first, found->second);
-    change(found->second);
+    change(found->second, **table);
     return std::optional<LockRow>{std::move(before)};
   }
 
@@ -258,9 +342,167 @@ class MemoryBackend {
     if (row == nullptr)
       return fail(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "' has no row for instance '" +
                                            std::string(key.instance_id) + "' with fence " + std::to_string(key.fence));
-    change(*row);
+    change(*row, *found->table);
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
     return {};
+  }
+
+  // ---- the queue's rules, called with the server's mutex held -------------
+
+  // The row written for a grant: to a plain try, to a waiter directly, or
+  // offered to one.
+  PGMUTEX_ALWAYS_INLINE void grant(MemoryServer::Row& row, MemoryServer::Table& table, std::uint64_t history,
+                                   std::string_view instance_id, GrantToken token, std::chrono::nanoseconds stale,
+                                   std::string_view host, std::int64_t pid, std::string_view command,
+                                   std::chrono::nanoseconds now) {
+    row.present = true;
+    if (!detail::same_text(row.instance_id, instance_id)) row.instance_id.assign(instance_id);
+    row.fence = ++table.sequence + static_cast<Fence>(history << 40);
+    row.token = token;
+    row.stale_threshold = stale;
+    // Assigned only when they differ: the same holder acquiring again copies nothing.
+    if (!detail::same_text(row.holder_host, host)) row.holder_host.assign(host);
+    row.holder_pid = pid;
+    if (!detail::same_text(row.holder_command, command)) row.holder_command.assign(command);
+    row.last_heartbeat = row.acquired_at = now;
+    MemoryServer::made_durable(row);
+    server_->flush();
+  }
+
+  detail::WaiterQueue& queue_of(MemoryServer::Table& table, std::string_view lock_name) {
+    auto it = table.queues.find(lock_name);
+    if (it == table.queues.end()) it = table.queues.emplace(std::string(lock_name), detail::WaiterQueue{}).first;
+    return it->second;
+  }
+
+  // The pending offer the row carries, if any.
+  static detail::Waiter* offer_on(const MemoryServer::Row& row, detail::WaiterQueue& line) {
+    if (!row.present) return nullptr;
+    detail::Waiter* w = line.offered(row.fence, row.token);
+    return w != nullptr && w->instance_id == row.instance_id ? w : nullptr;
+  }
+
+  // Free, stale for `stale` (and the holder's threshold), or an offer that lapsed.
+  bool available(const MemoryServer::Row& row, detail::WaiterQueue& line, std::chrono::nanoseconds stale,
+                 std::chrono::nanoseconds now) const {
+    if (!row.present || row.last_heartbeat < now - std::max(stale, row.stale_threshold)) return true;
+    const detail::Waiter* offer = offer_on(row, line);
+    return offer != nullptr && (offer->offered_until < now || !server_->alive(*offer));
+  }
+
+  // Removes the dead waiters, and those whose offer is not the row's any more.
+  void sweep(const MemoryServer::Row& row, MemoryServer::Table& table, detail::WaiterQueue& line) {
+    table.waiting -= line.remove_if([&](const detail::Waiter& w) {
+      if (!server_->alive(w)) return true;
+      return w.offered_fence != 0 && !(row.present && row.fence == w.offered_fence && row.token == w.token);
+    });
+  }
+
+  void record(std::string_view table_name, std::string_view lock_name, const MemoryServer::Row& row,
+              std::int64_t ticket, bool offered, detail::WaiterQueue* line) {
+    if (!server_->record_grants_) return;
+    MemoryServer::QueueGrant g{MemoryServer::table_key(table_name), std::string(lock_name), row.fence, ticket, offered,
+                               {}, server_->now()};
+    if (line != nullptr)
+      for (const detail::Waiter& w : line->waiters)
+        if (w.offered_fence == 0 && server_->alive(w)) g.live_before.push_back(w.ticket);
+    server_->grants_.push_back(std::move(g));
+  }
+
+  // Gives the row to `head` as an offer: a fresh fence, the head's token; its
+  // place marked offered until its handoff deadline.
+  void offer_to(MemoryServer::Row& row, MemoryServer::Table& table, std::string_view table_name, std::string_view lock_name,
+                detail::WaiterQueue& line, detail::Waiter& head, std::chrono::nanoseconds now) {
+    grant(row, table, server_->history_.load(std::memory_order_relaxed), head.instance_id, head.token,
+          head.stale_threshold, head.holder_host, head.holder_pid, head.holder_command, now);
+    record(table_name, lock_name, row, head.ticket, true, &line);
+    head.offered_fence = row.fence;
+    head.offered_until = now + head.handoff_deadline;
+  }
+
+  // A release in place: the row goes to the first live waiter not offered
+  // anything, as an offer; with nobody live it is deleted ('' for the line).
+  PGMUTEX_NOINLINE void hand_off(MemoryServer::Row& row, MemoryServer::Table& table, const LockRef& lock_ref) {
+    const std::string_view lock_name = lock_ref.lock_name;
+    detail::WaiterQueue& line = queue_of(table, lock_name);
+    const auto alive = [&](const detail::Waiter& w) { return server_->alive(w); };
+    if (detail::Waiter* head = line.live(alive)) {
+      offer_to(row, table, lock_ref.table, lock_name, line, *head, server_->now());
+    } else {
+      row.present = false;
+      ++line.freed;
+      server_->flush();
+    }
+    sweep(row, table, line);
+  }
+
+  // A try on a table where someone waits, or a queued try (see AcquireRequest::queue_ticket).
+  PGMUTEX_NOINLINE void try_in_line(const AcquireRequest& request, Place& place, std::uint64_t history, double grace_left,
+                   std::chrono::nanoseconds now, AcquireResult& result) {
+    MemoryServer::Table& table = *place.table;
+    MemoryServer::Row& row = *place.row;
+    detail::WaiterQueue& line = queue_of(table, request.lock.lock_name);
+    const auto alive = [&](const detail::Waiter& w) { return server_->alive(w); };
+    const detail::Waiter* offer = offer_on(row, line);
+    const auto name_holder = [&] {
+      result.fence = row.fence;
+      result.holder = row.instance_id;
+      result.holder_age_s = server_->age_seconds(row);
+      result.holder_token = offer != nullptr ? 0 : row.token;  // an offer is its waiter's to confirm
+    };
+    detail::Waiter* me = nullptr;
+    if (request.queue_ticket != 0) {
+      // Our grant (offered, or confirmed before a lost reply): confirm it.
+      if (row.present && row.token == request.token && detail::same_text(row.instance_id, request.instance_id)) {
+        server_->beat(row);
+        MemoryServer::made_durable(row);
+        server_->flush();
+        table.waiting -= line.remove_if([&](const detail::Waiter& w) { return w.ticket == request.queue_ticket; });
+        result.acquired = true;
+        result.fence = row.fence;
+        return;
+      }
+      me = line.find(request.queue_ticket);
+      if (me == nullptr || me->token != request.token || me->offered_fence != 0) {
+        if (me != nullptr && me->token == request.token)  // an offer passed on: the place went with it
+          table.waiting -= line.remove_if([&](const detail::Waiter& w) { return w.ticket == request.queue_ticket; });
+        result.queue_place_lost = true;
+        if (row.present) name_holder();
+        return;
+      }
+    }
+    if (!available(row, line, request.stale_threshold, now)) return name_holder();
+    if (grace_left > 0) {
+      result.holder.assign(failover_grace_holder);
+      result.failover_grace_left_s = grace_left;
+      return;
+    }
+    detail::Waiter* head = line.live(alive);
+    if (head != nullptr && head != me) {
+      if (me == nullptr) {  // a plain try loses to a live waiter, and writes nothing
+        result.holder = head->instance_id;
+        return;
+      }
+      offer_to(row, table, request.lock.table, request.lock.lock_name, line, *head, now);
+      sweep(row, table, line);
+      result.fence = row.fence;
+      result.holder = row.instance_id;
+      return;
+    }
+    // Ours: nobody live is ahead (or nobody waits, for a plain try).
+    if (row.present) {
+      result.reclaimed = true;
+      result.holder = row.instance_id;
+      result.holder_age_s = server_->age_seconds(row);
+    }
+    grant(row, table, history, request.instance_id, request.token, request.stale_threshold,
+          request.holder_details.host, request.holder_details.pid, request.holder_details.command, now);
+    record(request.lock.table, request.lock.lock_name, row, request.queue_ticket, false, &line);
+    if (me != nullptr)
+      table.waiting -= line.remove_if([&](const detail::Waiter& w) { return w.ticket == request.queue_ticket; });
+    sweep(row, table, line);
+    result.acquired = true;
+    result.fence = row.fence;
   }
 
   std::shared_ptr<MemoryServer> server_;
@@ -279,5 +521,6 @@ static_assert(BackendBatchesHeartbeats<MemoryBackend>);
 static_assert(BackendReportsCommitMode<MemoryBackend>);
 static_assert(BackendReportsSession<MemoryBackend>);
 static_assert(BackendReportsHistory<MemoryBackend>);
+static_assert(BackendPollsQueue<MemoryBackend>);
 
 }  // namespace pgmutex

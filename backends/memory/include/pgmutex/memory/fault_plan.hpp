@@ -1,5 +1,5 @@
 // detail::FaultPlan: the faults a test arms on a MemoryServer (planned
-// failures and lost replies, dropped and partitioned connections, the next n
+// failures and lost replies, dropped, partitioned and killed connections, the next n
 // operations failing) and the decision, per operation, of which one it
 // meets. Pure state: the server calls it with its own lock held. Latency and
 // hung statements are not here: they are waited out before that lock is taken.
@@ -58,6 +58,16 @@ class FaultPlan {
     lose_replies_ = n;
     rearm();
   }
+  // A process death: the connection closed, and stays closed.
+  void kill(std::string_view connection) {
+    killed_.emplace(connection);
+    rearm();
+  }
+  // Whether planned failures or lost replies wait for the next operations.
+  [[nodiscard]] bool pending() const noexcept { return !plan_.empty() || fail_next_ > 0 || lose_replies_ > 0; }
+  [[nodiscard]] bool killed(std::string_view connection) const {
+    return !killed_.empty() && killed_.contains(connection);
+  }
 
   // Before an operation runs: the error to report instead of running it, or nothing.
   std::optional<Error> admit(std::string_view connection) {
@@ -80,7 +90,7 @@ class FaultPlan {
   // After every change: whether any fault is armed, so that an operation
   // without faults checks one flag.
   void rearm() noexcept {
-    armed_ = !plan_.empty() || !partitioned_.empty() || !dropped_.empty() || fail_next_ > 0 || lose_replies_ > 0;
+    armed_ = !plan_.empty() || !partitioned_.empty() || !killed_.empty() || !dropped_.empty() || fail_next_ > 0 || lose_replies_ > 0;
   }
 
   std::optional<Error> admit_armed(std::string_view connection) {
@@ -90,6 +100,8 @@ class FaultPlan {
       if (fault == Fault::fail) return Error(Errc::backend_unavailable, "planned failure");
       if (fault == Fault::lose_reply) ++lose_replies_;
     }
+    if (!killed_.empty() && killed_.contains(connection))
+      return Error(Errc::backend_unavailable, "connection '" + std::string(connection) + "' is closed (its process died)");
     if (!partitioned_.empty() && partitioned_.contains(connection))
       return Error(Errc::backend_unavailable, "connection '" + std::string(connection) + "' is partitioned");
     if (!dropped_.empty()) {
@@ -112,6 +124,7 @@ class FaultPlan {
   std::deque<Fault> plan_;
   std::set<std::string, std::less<>> dropped_;
   std::set<std::string, std::less<>> partitioned_;
+  std::set<std::string, std::less<>> killed_;
 };
 
 }  // namespace pgmutex::detail

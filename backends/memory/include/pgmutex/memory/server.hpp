@@ -21,12 +21,14 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "pgmutex/backend.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/error.hpp"
 #include "pgmutex/memory/fault_plan.hpp"
 #include "pgmutex/memory/hung_connections.hpp"
+#include "pgmutex/memory/waiter_queue.hpp"
 #include "pgmutex/table_name.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 #include "pgmutex/testing/manual_executor.hpp"
@@ -120,6 +122,13 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     detail::LightLock lock(mutex_);
     faults_.partition(connection);
   }
+  // A process death: the connection closes and its operations fail from
+  // then on. A waiter on it is dead: the next release or look skips it. (A
+  // hung or partitioned connection stays alive, like a frozen client.)
+  void kill_connection(std::string_view connection) {
+    detail::LightLock lock(mutex_);
+    faults_.kill(connection);
+  }
   void heal(std::string_view connection) {
     detail::LightLock lock(mutex_);
     faults_.heal(connection);
@@ -128,6 +137,12 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   void lose_replies(int n) {
     detail::LightLock lock(mutex_);
     faults_.lose_replies(n);
+  }
+  // Whether planned failures, injected failures or lost replies still wait
+  // for the next operations (a simulation's bookkeeping).
+  [[nodiscard]] bool faults_pending() const {
+    detail::LightLock lock(mutex_);
+    return faults_.pending();
   }
   // Every statement of the connection hangs, before it is applied, until
   // unhang(): a statement waiting on a row lock (it then runs) or a frozen
@@ -231,6 +246,48 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return to_row(row->first, row->second);
   }
 
+  // A lock's queue as it is, bypassing faults and counters: for tests.
+  struct QueueEntry {
+    std::int64_t ticket = 0;
+    GrantToken token = 0;
+    std::string instance_id;
+    std::string connection;
+    Fence offered_fence = 0;
+    std::chrono::nanoseconds offered_until{};  // server time
+    bool alive = true;
+  };
+  [[nodiscard]] std::vector<QueueEntry> peek_queue(LockRef lock_ref) const {
+    detail::LightLock lock(mutex_);
+    std::vector<QueueEntry> out;
+    const auto table = tables_.find(table_key(lock_ref.table));
+    if (table == tables_.end()) return out;
+    const auto queue = table->second.queues.find(lock_ref.lock_name);
+    if (queue == table->second.queues.end()) return out;
+    for (const detail::Waiter& w : queue->second.waiters)
+      out.push_back({w.ticket, w.token, w.instance_id, w.connection, w.offered_fence, w.offered_until, alive(w)});
+    return out;
+  }
+
+  // Every grant the queue made or allowed (recorded once asked for), with the
+  // line as it was: for a simulation's invariants.
+  struct QueueGrant {
+    std::string table;  // as Postgres names it
+    std::string lock;
+    Fence fence = 0;
+    std::int64_t ticket = 0;  // the waiter it went to (0: a plain try)
+    bool offered = false;     // an offer (else granted directly)
+    std::vector<std::int64_t> live_before;  // the live waiters not offered anything, in ticket order
+    std::chrono::nanoseconds at{};           // server time
+  };
+  void record_queue_grants(bool on) {
+    detail::LightLock lock(mutex_);
+    record_grants_ = on;
+  }
+  std::vector<QueueGrant> take_queue_grants() {
+    detail::LightLock lock(mutex_);
+    return std::exchange(grants_, {});
+  }
+
   [[nodiscard]] std::uint64_t operations() const {
     detail::LightLock lock(mutex_);
     return operations_;
@@ -271,7 +328,15 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     std::uint64_t grace_history = 0;
     std::chrono::nanoseconds grace_since{};
     std::chrono::nanoseconds grace_longest{};
+    // Waiters in line, per lock (a lock whose line emptied keeps its entry),
+    // and how many in all: 0 keeps an uncontended cycle on its fast path.
+    std::unordered_map<std::string, detail::WaiterQueue, StringHash, std::equal_to<>> queues;
+    std::size_t waiting = 0;
+    std::int64_t last_ticket = 0;  // like the queue's identity column
   };
+
+  // Called with mutex_ held: a waiter lives while its connection is open.
+  bool alive(const detail::Waiter& w) const { return !faults_.killed(w.connection); }
 
   // Called with mutex_ held, in a history after a fail_over(): how long the
   // failover grace still runs, in seconds (0 or less: over or off). The
@@ -419,6 +484,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::atomic<std::uint64_t> history_{0};
   std::unordered_map<std::string, Table, StringHash, std::equal_to<>> standby_;  // replicate()'s copy
   detail::HungConnections hung_;
+  bool record_grants_ = false;
+  std::vector<QueueGrant> grants_;
 };
 
 }  // namespace pgmutex

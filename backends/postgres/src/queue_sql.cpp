@@ -1,0 +1,222 @@
+// The text of the queue's statements (issue 17, /work/notes/queue-design.md
+// §1.4): the release that hands the lock over in place, a waiter's queued
+// try, enqueue and dequeue, and the queue table itself.
+//
+// Lock order, kept in every statement: the lock row before any queue row
+// (each CTE that writes the queue reads one that wrote or locked the lock
+// row), so two statements never wait on each other. Every takeover is an
+// UPDATE ... WHERE that Postgres re-checks on the newest row version, and
+// every grant draws a new fence: the queue decides only who is next.
+#include <string>
+
+#include "pgmutex/table_name.hpp"
+#include "sql.hpp"
+#include "sql_parts.hpp"
+
+namespace pgmutex::postgres_detail {
+
+using namespace sql_parts;
+
+namespace {
+
+// The head's grant written into the lock row (instance, fresh fence, token,
+// threshold and details from its queue row `head`).
+std::string grant_to_head(std::string_view table) {
+  return "instance_id = head.instance_id, fence = " + fence_value(table) +
+         ", grant_token = head.waiter_token, last_heartbeat = now(), acquired_at = now(),"
+         " holder_stale_s = head.stale_s, holder_host = head.holder_host, holder_pid = head.holder_pid,"
+         " holder_command = head.holder_command";
+}
+
+// The first two live waiters with no offer yet (`when`: only if this holds),
+// the head and the runner-up.
+std::string head_ctes(const std::string& q, const std::string& who_lives, const std::string& when) {
+  return " live AS (SELECT q.* FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " + when +
+         " AND " + who_lives + " ORDER BY q.ticket LIMIT 2),"
+         " head AS (SELECT * FROM live ORDER BY ticket LIMIT 1),"
+         " nxt AS (SELECT ticket FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
+}
+
+// 'o:<fence>:<head>:<runner-up or 0>', the offer's payload.
+std::string offer_payload(const std::string& fence) {
+  return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)";
+}
+
+}  // namespace
+
+// R: the holder's release (keyed) or an administrator's (force). The row
+// goes to the first live waiter as an offer (one NOTIFY naming it and the
+// runner-up), or is deleted when nobody live waits (NOTIFY ''). Waiters
+// ahead of the head are dead, and offers ahead of it orphaned: swept.
+Statement handoff_release(std::string_view table, bool keyed, const std::string& name) {
+  const std::string t = quote_table(table);
+  const std::string q = quoted_queue(table);
+  const std::string lt = keyed ? "$6" : "$3";
+  const std::string hash = keyed ? "$5" : "$2";
+  const std::string key = keyed ? " AND t.instance_id = $2 AND t.fence = $3 AND coalesce(t.grant_token, 0) = $4::bigint"
+                                : "";
+  return {name,
+          "WITH " + std::string(procs_cte) + ", cfg AS (SELECT set_config('lock_timeout', " + lt + ", true)),"
+          " me AS (SELECT t.* FROM " + t + " AS t, cfg WHERE t.locked = 1 AND t.lock_name = $1 AND t.lock_name <> ''" +
+              key + " FOR UPDATE OF t)," +
+              head_ctes(q, alive("q"), "EXISTS (SELECT 1 FROM me)") +
+              " offer AS (UPDATE " + t + " AS t SET " + grant_to_head(table) +
+              " FROM me, head WHERE t.locked = 1 AND t.lock_name = $1 AND t.fence = me.fence RETURNING t.fence),"
+              " offer_mark AS (UPDATE " + q + " AS q SET offered_fence = offer.fence,"
+              " offered_until = now() + q.handoff_s * interval '1 second'"
+              " FROM offer, head WHERE q.lock_name = $1 AND q.ticket = head.ticket RETURNING q.ticket),"
+              " gone AS (DELETE FROM " + t + " AS t USING me WHERE NOT EXISTS (SELECT 1 FROM head)"
+              " AND t.locked = 1 AND t.lock_name = $1 AND t.fence = me.fence RETURNING 1),"
+              " swept AS (DELETE FROM " + q + " AS q USING me WHERE q.lock_name = $1"
+              " AND q.ticket < coalesce((SELECT ticket FROM head), 9223372036854775807)"
+              " AND (q.offered_fence IS NOT NULL OR NOT " + alive("q") + ") RETURNING 1)"
+              " SELECT " + std::string(row_columns) + ", pg_notify(" + channel_sql(table, hash) +
+              ", CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " + offer_payload("(SELECT fence FROM offer)") +
+              " ELSE '' END), (SELECT count(*) FROM swept) FROM me"};
+}
+
+void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
+  const std::string t = quote_table(table);
+  const std::string q = quoted_queue(table);
+  const std::string ours = "q.lock_name = $1 AND q.ticket = $10 AND q.waiter_token = $4::bigint";
+  // The started time of this connection's backend, for a pid-bound waiter.
+  const std::string my_start = "(SELECT p.started FROM procs AS p WHERE p.pid = pg_backend_pid())";
+
+  // The queued try. 1: the lock row carries our token (an offer, or our
+  // grant after a lost reply): confirm it. 2: else our place is gone (or
+  // was offered and passed on): lost. 3: else, the lock available (free,
+  // stale, a lapsed offer) and no grace in force, the first live waiter
+  // gets it: we directly (our place goes), or an offer to that head. We
+  // count as alive ourselves (we are asking); our row is re-attached to
+  // this backend if it named a dead one (a reconnect), and a pooled
+  // waiter's lease is refreshed.
+  s.acquire_queued = {
+      "pgmutex_acquire_queued" + suffix,
+      "WITH " + std::string(procs_cte) + ","
+      // $6..$8 (the holder's details) are the queue row's here: typed, unused.
+      " cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true),"
+      " $6::text AS host, $7::bigint AS pid, $8::text AS command),"
+      " cur AS (SELECT instance_id, fence, last_heartbeat, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
+      " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
+      " FROM " + t + ", cfg WHERE locked = 1 AND lock_name = $1),"
+      " me AS (SELECT q.offered_fence, q.waiter_pid, " + alive("q") + " AS alive FROM " + q + " AS q WHERE " + ours + "),"
+      " mine_now AS (SELECT 1 FROM cur WHERE cur.token = $4::bigint AND cur.instance_id = $2),"
+      " conf AS (UPDATE " + t + " AS t SET last_heartbeat = now() FROM cfg WHERE t.locked = 1 AND t.lock_name = $1"
+      " AND t.instance_id = $2 AND t.grant_token = $4::bigint AND EXISTS (SELECT 1 FROM mine_now) RETURNING t.fence),"
+      " conf_out AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND EXISTS (SELECT 1 FROM conf) RETURNING 1),"
+      " queued_here AS (SELECT 1 FROM me WHERE me.offered_fence IS NULL AND NOT EXISTS (SELECT 1 FROM mine_now)),"
+      " lost AS (SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM mine_now) AND NOT EXISTS (SELECT 1 FROM queued_here)),"
+      " lost_out AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND EXISTS (SELECT 1 FROM lost) RETURNING 1),"
+      " off AS (SELECT q.ticket, (q.offered_until < now() OR NOT " + alive("q") + ") AS lapsed FROM " + q + " AS q"
+      " JOIN cur ON cur.fence = q.offered_fence AND cur.token = q.waiter_token AND cur.instance_id = q.instance_id"
+      " WHERE q.lock_name = $1)," + grace_ctes(table) +
+      " avail AS (SELECT 1 FROM queued_here WHERE NOT " + std::string(in_grace) +
+      " AND (NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
+      " OR coalesce((SELECT lapsed FROM off), false)))," +
+      head_ctes(q, "((q.ticket = $10 AND q.waiter_token = $4::bigint) OR " + alive("q") + ")",
+                "EXISTS (SELECT 1 FROM avail)") +
+      " upd AS (UPDATE " + t + " AS t SET " + grant_to_head(table) + " FROM head, cur WHERE t.locked = 1"
+      " AND t.lock_name = $1 AND t.fence = cur.fence AND t.last_heartbeat = cur.last_heartbeat RETURNING t.fence),"
+      " ins AS (INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
+      " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
+      " SELECT $1, 1, head.instance_id, now(), now(), " + fence_value(table) + ", head.waiter_token, head.stale_s,"
+      " head.holder_host, head.holder_pid, head.holder_command FROM head,"
+      " (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295))) AS serialized"
+      " WHERE NOT EXISTS (SELECT 1 FROM cur) ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
+      " granted AS (SELECT fence FROM upd UNION ALL SELECT fence FROM ins),"
+      " took AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND q.ticket = (SELECT ticket FROM head)"
+      " AND EXISTS (SELECT 1 FROM granted) RETURNING 1),"
+      " offer_mark AS (UPDATE " + q + " AS q SET offered_fence = (SELECT fence FROM granted),"
+      " offered_until = now() + q.handoff_s * interval '1 second' WHERE q.lock_name = $1"
+      " AND q.ticket = (SELECT ticket FROM head) AND q.ticket <> $10 AND EXISTS (SELECT 1 FROM granted) RETURNING q.ticket),"
+      " swept AS (DELETE FROM " + q + " AS q WHERE q.lock_name = $1 AND q.ticket <> $10 AND EXISTS (SELECT 1 FROM granted)"
+      " AND (q.ticket IN (SELECT ticket FROM off WHERE lapsed) OR (q.ticket < (SELECT ticket FROM head)"
+      " AND q.offered_fence IS NULL AND NOT " + alive("q") + ")) RETURNING 1),"
+      " rejoin AS (UPDATE " + q + " AS q SET last_seen = now(),"
+      " waiter_pid = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE pg_backend_pid() END,"
+      " waiter_started = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE " + my_start + " END"
+      " WHERE " + ours + " AND EXISTS (SELECT 1 FROM queued_here) AND NOT EXISTS (SELECT 1 FROM took)"
+      " AND (q.waiter_pid IS NULL OR (NOT (SELECT alive FROM me) AND pg_backend_pid() = $11::int)) RETURNING 1)"
+      " SELECT (SELECT fence FROM conf), (SELECT g.fence FROM granted AS g WHERE EXISTS (SELECT 1 FROM took)),"
+      " EXISTS (SELECT 1 FROM lost), c.instance_id, c.fence, c.age,"
+      " CASE WHEN EXISTS (SELECT 1 FROM off) THEN 0 ELSE c.token END, c.stale, (SELECT left_s FROM grace),"
+      " (SELECT fence FROM granted), (SELECT instance_id FROM head),"
+      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN pg_notify(" + channel_sql(table, "$12") + ", " +
+          offer_payload("(SELECT fence FROM granted)") + ") END,"
+      " (SELECT count(*) FROM rejoin) + (SELECT count(*) FROM conf_out) + (SELECT count(*) FROM lost_out)"
+      " + (SELECT count(*) FROM swept)"
+      " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true"};
+
+  // E: after the LISTEN. The waiter is bound to this connection's backend
+  // (pid and start) when the pid the connection reported at start-up is
+  // the server's own; behind a pooler it is not, and a lease keeps it.
+  // ahead: rows in line before it (the statement's snapshot has not its own
+  // row); try_now: the lock is free, stale or a lapsed offer.
+  s.enqueue = {
+      "pgmutex_enqueue" + suffix,
+      "WITH " + std::string(procs_cte) + ","
+      " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id, " + std::string(stale_condition) +
+      " AS stale FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
+      " ins AS (INSERT INTO " + q + " AS q (lock_name, waiter_token, instance_id, waiter_pid, waiter_started, lease_s,"
+      " stale_s, handoff_s, holder_host, holder_pid, holder_command)"
+      " SELECT $1, $4::bigint, $2, me.pid, (SELECT p.started FROM procs AS p WHERE p.pid = me.pid),"
+      " $6::float8, $3::float8, $5::float8, nullif($8::text, ''), nullif($9::bigint, 0), nullif($10::text, '')"
+      " FROM (SELECT CASE WHEN pg_backend_pid() = $7::int THEN pg_backend_pid() END AS pid) AS me"
+      " RETURNING q.ticket, q.waiter_pid)"
+      " SELECT ins.ticket, (SELECT count(*) FROM " + q + " AS a WHERE a.lock_name = $1),"
+      " NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
+      " OR EXISTS (SELECT 1 FROM " + q + " AS q, cur WHERE q.lock_name = $1 AND q.offered_fence = cur.fence"
+      " AND q.waiter_token = cur.token AND (q.offered_until < now() OR NOT " + alive("q") + ")),"
+      " ins.waiter_pid IS NOT NULL FROM ins"};
+
+  // D: a place with no offer goes; an offered one is reported (its fence),
+  // and the caller passes the offer on with the release.
+  s.dequeue = {"pgmutex_dequeue" + suffix,
+               "WITH d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint"
+               " AND offered_fence IS NULL RETURNING ticket)"
+               " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
+               " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint)"};
+
+  // S: what `pgmutex status` shows of the queues.
+  s.list_queue = {"pgmutex_list_queue" + suffix,
+                  "WITH " + std::string(procs_cte) + " SELECT q.lock_name, q.ticket, q.instance_id,"
+                  " coalesce(q.holder_host, ''), coalesce(q.holder_pid, 0),"
+                  " extract(epoch FROM now() - q.enqueued_at)::float8, q.offered_fence IS NOT NULL, " + alive("q") +
+                  " FROM " + q + " AS q ORDER BY q.lock_name, q.ticket"};
+}
+
+// The queue next to the lock table: one row per waiter, FIFO by ticket (an
+// identity: no sequence GRANT needed). A waiter is alive while its
+// connection's backend is (waiter_pid, waiter_started), or behind a pooler
+// while its lease is fresh (last_seen, lease_s). An offer is the fence the
+// head was given and how long it may take to confirm it.
+std::string create_queue_sql(std::string_view table) {
+  const TableName parts = parse_table_name(table).value();
+  const std::string pkey = sql_identifier(derived_identifier("", parts.name, "_queue_pkey"));
+  return "CREATE TABLE IF NOT EXISTS " + quoted_queue(table) + " (\n"
+         "  lock_name      VARCHAR(64) NOT NULL,\n"
+         "  ticket         BIGINT GENERATED ALWAYS AS IDENTITY,\n"
+         "  waiter_token   BIGINT NOT NULL,\n"
+         "  instance_id    VARCHAR(64) NOT NULL,\n"
+         "  waiter_pid     INT,\n"
+         "  waiter_started TIMESTAMPTZ,\n"
+         "  enqueued_at    TIMESTAMPTZ NOT NULL DEFAULT now(),\n"
+         "  last_seen      TIMESTAMPTZ NOT NULL DEFAULT now(),\n"
+         "  lease_s        DOUBLE PRECISION NOT NULL,\n"
+         "  stale_s        DOUBLE PRECISION NOT NULL,\n"
+         "  handoff_s      DOUBLE PRECISION NOT NULL,\n"
+         "  offered_fence  BIGINT,\n"
+         "  offered_until  TIMESTAMPTZ,\n"
+         "  holder_host    TEXT,\n"
+         "  holder_pid     BIGINT,\n"
+         "  holder_command TEXT,\n"
+         "  CONSTRAINT " + pkey + " PRIMARY KEY (lock_name, ticket)\n"
+         ") WITH (fillfactor = 70);\n";
+}
+
+std::string sql_queue_table(std::string_view table) {
+  const TableName parts = parse_table_name(table).value();
+  return sql_name(TableName{parts.schema, derived_identifier("", parts.name, "_queue")});
+}
+
+}  // namespace pgmutex::postgres_detail

@@ -1,0 +1,234 @@
+// PostgresBackend's queue (issue 17): taking a place (LISTEN, then the
+// enqueue), leaving it (and passing on an offer that raced the leaving),
+// and waiting in line without a statement: poll() on the connection's
+// socket until a release names this ticket, a stop, or a timer of the
+// head or runner-up. A backend that cannot LISTEN (a pool's connection, a
+// pgmutex::Session's, a transaction pooler's) looks with backoff instead.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <poll.h>
+
+#include "backend_impl.hpp"
+#include "statement_values.hpp"
+
+namespace pgmutex {
+
+using namespace postgres_detail;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A waiter that cannot LISTEN looks this often, doubling from the first.
+constexpr std::chrono::nanoseconds first_look = std::chrono::milliseconds(25);
+constexpr std::chrono::nanoseconds longest_look = std::chrono::seconds(1);
+// How long a pooled waiter's place lives without a look: three longest looks and more.
+constexpr std::chrono::nanoseconds pooled_lease = std::chrono::seconds(5);
+// The runner-up looks this long after the head's handoff deadline.
+constexpr std::chrono::nanoseconds probe_slack = std::chrono::milliseconds(50);
+
+// A descriptor that becomes readable when `stop` is requested, for poll().
+class StopFd {
+ public:
+  explicit StopFd(std::stop_token stop)
+      : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), on_stop_(std::move(stop), [fd = fd_] {
+          const std::uint64_t one = 1;
+          if (fd >= 0) (void)!::write(fd, &one, sizeof one);
+        }) {}
+  StopFd(const StopFd&) = delete;
+  StopFd& operator=(const StopFd&) = delete;
+  ~StopFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+  std::stop_callback<std::function<void()>> on_stop_;
+};
+
+// 'o:<fence>:<head>:<runner-up>' read into its two tickets.
+struct Offer {
+  std::int64_t head = 0;
+  std::int64_t runner_up = 0;
+};
+std::optional<Offer> offer_of(std::string_view payload) {
+  if (!payload.starts_with("o:")) return std::nullopt;
+  std::int64_t numbers[3] = {0, 0, 0};
+  std::size_t at = 2;
+  for (auto& n : numbers) {
+    const auto end = payload.find(':', at);
+    const std::string_view part = payload.substr(at, end == std::string_view::npos ? payload.size() - at : end - at);
+    if (std::from_chars(part.data(), part.data() + part.size(), n).ec != std::errc{}) return std::nullopt;
+    if (end == std::string_view::npos) break;
+    at = end + 1;
+  }
+  return Offer{numbers[1], numbers[2]};
+}
+
+}  // namespace
+
+Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
+                                            std::chrono::nanoseconds handoff_deadline) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<QueuePlace>(
+      request.lock.table, "enqueue for " + lock_context(request.lock), Effect::write, request.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<QueuePlace> {
+        // LISTEN before the place is taken: a release after it is heard.
+        const bool listens = impl_->own.has_value() && !session.unnamed();
+        if (listens) {
+          auto oid = session.table_oid(request.lock.table, bound);
+          if (!oid) return tl::unexpected(std::move(oid.error()));
+          auto& own = dynamic_cast<OwnSession&>(session);
+          if (auto listened = own.listen(postgres_detail::release_channel(*oid, request.lock.lock_name), bound); !listened)
+            return tl::unexpected(std::move(listened.error()));
+        }
+        const HolderDetails& given = request.holder_details;
+        auto rows = session.run(
+            st.enqueue,
+            {std::string(request.lock.lock_name), std::string(request.instance_id), seconds_param(request.stale_threshold),
+             token_param(request.token), seconds_param(handoff_deadline), seconds_param(pooled_lease),
+             std::to_string(listens ? session.reported_backend_pid() : 0),
+             given.host.empty() ? impl_->host : std::string(given.host),
+             std::to_string(given.pid != 0 ? given.pid : static_cast<std::int64_t>(::getpid())),
+             given.command.empty() ? impl_->options.holder_command : std::string(given.command)},
+            bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        QueuePlace place;
+        place.ticket = std::stoll(rows->text(0, 0));
+        place.ahead = std::stoll(rows->text(0, 1));
+        place.try_now = rows->text(0, 2) == "t";
+        if (impl_->queued_here.size() >= 256) impl_->queued_here.clear();  // places left without a dequeue
+        auto& here = impl_->queued_here[place.ticket];
+        here.pid_bound = listens && rows->text(0, 3) == "t";
+        here.near = place.ahead <= 1;
+        here.handoff = handoff_deadline;
+        here.poll_delay = first_look;
+        return place;
+      });
+}
+
+Result<void> PostgresBackend::dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<void>(
+      request.lock.table, "leave the queue of " + lock_context(request.lock), Effect::idempotent_write, request.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<void> {
+        impl_->queued_here.erase(ticket);
+        const std::vector<std::string> key{std::string(request.lock.lock_name), std::to_string(ticket),
+                                           token_param(request.token)};
+        std::optional<std::string> offered;
+        // Twice at most: a release that offered us the lock while the first
+        // ran may leave it reading neither "left" nor "offered".
+        for (int tries = 0; tries < 2; ++tries) {
+          auto rows = session.run(st.dequeue, key, bound);
+          if (!rows) return tl::unexpected(std::move(rows.error()));
+          if (rows->text(0, 0) == "t") return {};
+          if (!rows->is_null(0, 1)) {
+            offered = rows->text(0, 1);
+            break;
+          }
+        }
+        if (!offered) return {};  // gone already
+        // Offered meanwhile: pass it on as its holder would (the release
+        // sweeps our offered place too).
+        auto passed = session.run(st.release,
+                                  {std::string(request.lock.lock_name), std::string(request.instance_id), *offered,
+                                   token_param(request.token), lock_hash(request.lock.lock_name),
+                                   bound.lock_timeout_param()},
+                                  bound);
+        if (!passed) return tl::unexpected(std::move(passed.error()));
+        return {};
+      });
+}
+
+Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int64_t ticket,
+                                                 std::chrono::nanoseconds timeout, std::stop_token stop) noexcept {
+  if (!impl_) return moved_from();
+  if (auto valid = validate_table_name(w.lock.table); !valid) return tl::unexpected(std::move(valid.error()));
+  try {
+    std::lock_guard lock(impl_->mutex);
+    const auto start = Clock::now();
+    const auto deadline = start + std::max(timeout, std::chrono::nanoseconds::zero());
+    StopFd stopped(stop);
+    auto& here = impl_->queued_here[ticket];
+    if (here.handoff == std::chrono::nanoseconds::zero()) here.near = true;  // unknown place: as a head
+    // The holder's stale deadline, as the last try saw it, for a head or runner-up.
+    const auto stale_at = [&]() -> std::optional<Clock::time_point> {
+      if (!here.near || !w.holder_stale_in) return std::nullopt;
+      return start + *w.holder_stale_in;
+    };
+    auto sleep_until = [&](Clock::time_point until) -> bool {  // true: stopped
+      for (;;) {
+        const auto left = until - Clock::now();
+        if (left <= std::chrono::nanoseconds::zero()) return false;
+        pollfd p{stopped.fd(), POLLIN, 0};
+        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+        const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, 1 << 30)));
+        if (n > 0) return true;
+      }
+    };
+    if (!impl_->own || impl_->own->unnamed()) {
+      // No LISTEN here: look after a backoff (the queued try keeps the place's lease).
+      auto until = std::min(deadline, start + here.poll_delay);
+      if (const auto s = stale_at()) until = std::min(until, *s);
+      here.poll_delay = std::min(here.poll_delay * 2, longest_look);
+      if (sleep_until(until)) return QueueWake::stopped;
+      return Clock::now() >= deadline ? QueueWake::timed_out : QueueWake::look;
+    }
+    OwnSession& own = *impl_->own;
+    const Bound bound = Bound::from(impl_->bound_of({}));
+    auto failed = [&](StatementFailure failure) -> Result<QueueWake> {
+      return tl::unexpected(to_error(failure, "wait in the queue of " + lock_context(w.lock), Effect::read,
+                                     impl_->secrets));
+    };
+    if (!own.connected()) return fail(Errc::backend_unavailable, "wait in the queue of " + lock_context(w.lock) +
+                                                                     ": the connection is closed");
+    auto oid = own.table_oid(w.lock.table, bound);
+    if (!oid) return failed(std::move(oid.error()));
+    const std::string channel = postgres_detail::release_channel(*oid, w.lock.lock_name);
+    if (!own.listening(channel)) {
+      // A new connection: LISTEN again, then look once, since an offer made
+      // before the LISTEN was not heard.
+      if (auto listened = own.listen(channel, bound); !listened) return failed(std::move(listened.error()));
+      return QueueWake::look;
+    }
+    for (;;) {
+      for (const std::string& payload : own.take_payloads(channel)) {
+        if (payload.empty()) return QueueWake::look;  // the row went and nobody was offered it
+        const auto offer = offer_of(payload);
+        if (!offer) continue;
+        if (offer->head == ticket) return QueueWake::turn;
+        if (offer->runner_up == ticket) {
+          here.near = true;
+          here.probe_at = Clock::now() + here.handoff + probe_slack;
+        } else {
+          here.probe_at.reset();  // another head, another runner-up: theirs to watch
+        }
+      }
+      auto wake_at = deadline;
+      if (here.probe_at) wake_at = std::min(wake_at, *here.probe_at);
+      if (const auto s = stale_at()) wake_at = std::min(wake_at, *s);
+      auto woke = own.await_input(wake_at, stopped.fd());
+      if (!woke) return failed(std::move(woke.error()));
+      if (*woke == PqConnection::Woke::wake_fd) return QueueWake::stopped;
+      if (*woke == PqConnection::Woke::input) continue;
+      const auto now = Clock::now();
+      if (here.probe_at && now >= *here.probe_at) {
+        here.probe_at.reset();
+        return QueueWake::look;  // the head let its handoff deadline pass, maybe
+      }
+      if (now >= deadline) return QueueWake::timed_out;
+      return QueueWake::look;  // the holder's stale deadline
+    }
+  } catch (...) {
+    return tl::unexpected(to_error(failure_from_current_exception(), "wait in the queue of " + lock_context(w.lock),
+                                   Effect::read, impl_->secrets));
+  }
+}
+
+static_assert(BackendWaitsInQueue<PostgresBackend>);
+
+}  // namespace pgmutex

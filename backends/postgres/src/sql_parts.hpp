@@ -1,0 +1,55 @@
+// The pieces the statement texts are built from, shared by sql.cpp (the
+// lock's statements) and queue_sql.cpp (the queue's). Private to the backend.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace pgmutex::postgres_detail::sql_parts {
+
+// A string literal: a quoted identifier may hold a single quote.
+std::string literal(std::string_view text);
+// A grant's fence: the sequence's next value plus (timeline - 1) << 40.
+std::string fence_value(std::string_view table);
+// The table's oid, computed by the server from the quoted name.
+std::string oid_of(std::string_view table);
+// The NOTIFY channel, built in SQL exactly as release_channel() builds it.
+std::string channel_sql(std::string_view table, std::string_view hash_param);
+// "schema"."table_queue", every part quoted.
+std::string quoted_queue(std::string_view table);
+
+// The timeline WAL is written on now.
+extern const std::string_view timeline_value;
+// A row is stale once older than the larger of the reclaimer's threshold ($3)
+// and the one its holder stored.
+extern const std::string_view stale_condition;
+// The columns a LockRow is read from, in its order.
+extern const std::string_view row_columns;
+// set_config raising synchronous_commit to on for this statement (a grant must survive a crash).
+extern const std::string_view forced_synchronous_commit;
+
+// The failover grace's CTEs (tl, mk, mark, grace: see the acquire in
+// sql.cpp), each followed by a comma, for `table` ($3 stale seconds, $9 the
+// grace), and the condition that a grace is in force now.
+std::string grace_ctes(std::string_view table);
+extern const std::string_view in_grace;
+
+// The backend-status snapshot a waiter's liveness is read from (a CTE named
+// procs, MATERIALIZED: read once per statement, and only if a queue row is
+// looked at), and alive(q): the waiter `q` (a queue row's alias) is alive
+// while the backend that queued it is (same pid and start), or, queued
+// through a pooler (waiter_pid NULL), while its lease is fresh.
+extern const std::string_view procs_cte;
+std::string alive(std::string_view q);
+
+}  // namespace pgmutex::postgres_detail::sql_parts
+
+namespace pgmutex::postgres_detail {
+struct Statement;
+struct TableStatements;
+// queue_sql.cpp: the release with handoff (keyed by the holder, or forced),
+// the queue's statements, and the queue table's DDL.
+Statement handoff_release(std::string_view table, bool keyed, const std::string& name);
+void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix);
+std::string create_queue_sql(std::string_view table);
+}  // namespace pgmutex::postgres_detail

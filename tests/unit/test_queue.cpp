@@ -1,0 +1,364 @@
+// Waiting in line (issue 17) on the in-memory backend: FIFO, one wake-up per
+// release, dead and frozen heads skipped, cancellation leaves no place, no
+// barging, fences rising across handoffs, lost replies, std::scoped_lock and
+// the singleton. Each blocking waiter runs as a spawned thread of the
+// ManualExecutor (one runs at a time): virtual time, deterministic.
+#include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/testing/simulation.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace pgmutex;
+using namespace pgmutex::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* lock_name = "nightly-report-job";
+
+Options opts(std::string instance, std::string lock = lock_name) {
+  return Options{.lock_name = std::move(lock), .instance_id = std::move(instance)};
+}
+
+// A holder that is a bare connection: it makes no heartbeat, so every
+// operation the server counts meanwhile is a waiter's.
+struct RawHolder {
+  MemoryBackend connection;
+  std::string lock;
+  Fence fence = 0;
+  RawHolder(Simulation& sim, std::string lock_ = lock_name) : connection(sim.connection("raw")), lock(std::move(lock_)) {
+    auto got = connection.try_acquire(AcquireRequest{LockRef{"mutex_lock", lock}, "raw", 600s, 77});
+    REQUIRE(got);
+    REQUIRE(got->acquired);
+    fence = got->fence;
+  }
+  void release() { REQUIRE(connection.release(HolderKey{LockRef{"mutex_lock", lock}, "raw", fence, 77})); }
+};
+
+struct World {
+  Simulation sim;
+  SimMutex a = sim.instance(opts("a"));
+  World() { a.create_schema(); }
+  // An instance whose tasks can be held back (pause) and connection killed.
+  SimMutex waiter(const std::string& name, std::string lock = lock_name) {
+    return sim.instance(opts(name, std::move(lock)), NoMetrics{}, 1.0);
+  }
+  std::vector<MemoryServer::QueueEntry> queue(std::string lock = lock_name) {
+    return sim.server().peek_queue(LockRef{"mutex_lock", lock});
+  }
+  std::optional<LockRow> row(std::string lock = lock_name) { return sim.server().peek(LockRef{"mutex_lock", lock}); }
+};
+
+// A blocking acquire running as a spawned thread; what it got.
+struct Waiting {
+  std::optional<Result<SimMutex::guard_type>> got;
+  ManualClock::time_point at{};
+};
+void wait_in(World& w, SimMutex& m, Waiting& out, std::optional<std::chrono::nanoseconds> timeout,
+             std::stop_token stop = {}) {
+  w.sim.executor().spawn([&w, &m, &out, timeout, stop] {
+    out.got = m.acquire(nothrow, timeout, stop);
+    out.at = w.sim.now();
+  });
+  w.sim.executor().run_due();  // it tries, queues and waits
+}
+
+}  // namespace
+
+TEST_CASE("waiters are served in the order they queued, each with a higher fence", "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c"), d = w.waiter("d");
+  Waiting wb, wc, wd;
+  wait_in(w, d, wd, 300s);
+  w.sim.advance(1s);
+  wait_in(w, b, wb, 300s);
+  w.sim.advance(1s);
+  wait_in(w, c, wc, 300s);
+  REQUIRE(w.queue().size() == 3);
+  CHECK(w.queue()[0].instance_id == "d");
+  raw.release();
+  std::vector<std::string> order;
+  std::vector<Fence> fences{raw.fence};
+  for (int turn = 0; turn < 3; ++turn) {
+    w.sim.advance(2s);
+    for (auto* x : {&wb, &wc, &wd})
+      if (x->got && *x->got && **x->got && std::find(fences.begin(), fences.end(), (*x->got)->fence()) == fences.end()) {
+        order.push_back(w.row()->instance_id);
+        fences.push_back((*x->got)->fence());
+        CHECK((*x->got)->release(nothrow));
+      }
+  }
+  CHECK(order == std::vector<std::string>{"d", "b", "c"});
+  REQUIRE(fences.size() == 4);
+  for (std::size_t i = 1; i < fences.size(); ++i) CHECK(fences[i] > fences[i - 1]);
+  CHECK(w.queue().empty());
+  CHECK_FALSE(w.row());
+  CHECK(w.sim.executor().running() == 0);
+}
+
+TEST_CASE("waiters make no operation while they wait, and a release wakes only the head", "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c"), d = w.waiter("d");
+  Waiting wb, wc, wd;
+  wait_in(w, b, wb, 1000s);
+  wait_in(w, c, wc, 1000s);
+  wait_in(w, d, wd, 1000s);
+  REQUIRE(w.queue().size() == 3);
+  const auto before = w.sim.server().operations();
+  w.sim.advance(100s);
+  CHECK(w.sim.server().operations() == before);  // three waiters, 100 s: no statement
+  raw.release();
+  w.sim.advance(1s);
+  // The release and the head's confirm; c and d made none.
+  CHECK(w.sim.server().operations() == before + 2);
+  REQUIRE(wb.got);
+  REQUIRE(*wb.got);
+  CHECK(**wb.got);
+  CHECK(w.queue().size() == 2);
+  CHECK_FALSE(wc.got);
+  // Each later release: the release and one confirm again.
+  const auto then = w.sim.server().operations();
+  CHECK((*wb.got)->release(nothrow));
+  w.sim.advance(1s);
+  CHECK(w.sim.server().operations() == then + 2);
+  REQUIRE(wc.got);
+  CHECK(**wc.got);
+  CHECK((*wc.got)->release(nothrow));
+  w.sim.advance(1s);
+  REQUIRE(wd.got);
+  CHECK(**wd.got);
+  CHECK((*wd.got)->release(nothrow));
+  CHECK(w.sim.executor().running() == 0);
+}
+
+TEST_CASE("a killed head is skipped by the very next release", "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c");
+  Waiting wb, wc;
+  wait_in(w, b, wb, 30s);
+  wait_in(w, c, wc, 30s);
+  w.sim.server().kill_connection("b");
+  REQUIRE(w.queue().size() == 2);
+  CHECK_FALSE(w.queue()[0].alive);
+  raw.release();
+  // Offered to c at once; b's place swept with the release.
+  REQUIRE(w.row());
+  CHECK(w.row()->instance_id == "c");
+  REQUIRE(w.queue().size() == 1);
+  CHECK(w.queue()[0].instance_id == "c");
+  CHECK(w.queue()[0].offered_fence == w.row()->fence);
+  w.sim.advance(1s);
+  REQUIRE(wc.got);
+  REQUIRE(*wc.got);
+  CHECK(**wc.got);
+  CHECK((*wc.got)->fence() > raw.fence);
+  w.sim.advance(40s);  // b's acquire gives up at its timeout: its connection is gone
+  REQUIRE(wb.got);
+  CHECK_FALSE((*wb.got && static_cast<bool>(**wb.got)));
+  CHECK((*wc.got)->release(nothrow));
+  CHECK(w.sim.executor().running() == 0);
+}
+
+TEST_CASE("a frozen head loses its turn after the handoff deadline; the next live waiter gets the lock",
+          "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c");
+  const auto deadline = b.options().handoff_deadline;
+  CHECK(deadline == 2s);
+  const auto poll = c.options().poll_interval;
+  Waiting wb, wc;
+  wait_in(w, b, wb, 60s);
+  wait_in(w, c, wc, 60s);
+  SECTION("stopped and hung") {
+    w.sim.pause("b");
+    w.sim.server().hang("b");
+  }
+  SECTION("partitioned") { w.sim.server().partition("b"); }
+  const auto released = w.sim.now();
+  raw.release();
+  REQUIRE(w.row()->instance_id == "b");  // offered to b: it is alive, only frozen
+  const Fence offered = w.row()->fence;
+  w.sim.advance(deadline - 100ms);
+  CHECK(w.row()->instance_id == "b");
+  CHECK_FALSE(wc.got);
+  w.sim.advance(100ms + 2 * poll);
+  REQUIRE(wc.got);
+  REQUIRE(*wc.got);
+  REQUIRE(**wc.got);
+  CHECK(wc.at - released <= deadline + poll);
+  CHECK((*wc.got)->fence() > offered);
+  CHECK(w.row()->instance_id == "c");
+  // b thaws: its late confirm finds its place gone; it queues again, and
+  // never holds while c does.
+  w.sim.resume("b");
+  w.sim.server().unhang("b");
+  w.sim.server().heal("b");
+  w.sim.advance(5s);
+  CHECK(w.row()->instance_id == "c");
+  CHECK_FALSE(wb.got);
+  REQUIRE(w.queue().size() == 1);
+  CHECK(w.queue()[0].instance_id == "b");
+  CHECK((*wc.got)->release(nothrow));
+  w.sim.advance(1s);
+  REQUIRE(wb.got);
+  REQUIRE(*wb.got);
+  CHECK(**wb.got);
+  CHECK((*wb.got)->fence() > (*wc.got)->fence());
+  CHECK((*wb.got)->release(nothrow));
+  CHECK(w.sim.executor().running() == 0);
+}
+
+TEST_CASE("a waiter that times out or is cancelled leaves no place in the queue", "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c");
+  Waiting wb, wc;
+  std::stop_source stop;
+  wait_in(w, b, wb, 5s);
+  wait_in(w, c, wc, std::nullopt, stop.get_token());
+  CHECK(w.queue().size() == 2);
+  w.sim.advance(6s);
+  REQUIRE(wb.got);
+  REQUIRE(*wb.got);
+  CHECK((*wb.got)->why() == Errc::timeout);
+  REQUIRE(w.queue().size() == 1);
+  CHECK(w.queue()[0].instance_id == "c");
+  stop.request_stop();
+  w.sim.advance(1s);
+  REQUIRE(wc.got);
+  REQUIRE(*wc.got);
+  CHECK((*wc.got)->why() == Errc::cancelled);
+  CHECK(w.queue().empty());
+  SECTION("cancelled after a release offered it the lock: the offer passes on") {
+    auto d = w.waiter("d"), e = w.waiter("e");
+    Waiting wd, we;
+    std::stop_source stop_d;
+    wait_in(w, d, wd, std::nullopt, stop_d.get_token());
+    wait_in(w, e, we, 60s);
+    w.sim.pause("d");  // it cannot confirm in time
+    raw.release();
+    CHECK(w.row()->instance_id == "d");
+    stop_d.request_stop();
+    w.sim.resume("d");
+    w.sim.advance(1s);
+    REQUIRE(wd.got);
+    REQUIRE(*wd.got);
+    CHECK((*wd.got)->why() == Errc::cancelled);
+    REQUIRE(we.got);
+    REQUIRE(*we.got);
+    CHECK(**we.got);
+    CHECK(w.row()->instance_id == "e");
+    CHECK(w.queue().empty());
+    CHECK((*we.got)->release(nothrow));
+  }
+  CHECK(w.sim.executor().running() == 0);
+}
+
+TEST_CASE("try_acquire loses to a live waiter and to an offer not yet confirmed", "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c");
+  Waiting wb;
+  wait_in(w, b, wb, 60s);
+  auto held = c.try_acquire(nothrow);
+  REQUIRE(held);
+  CHECK_FALSE(*held);
+  raw.release();  // offered to b, not confirmed yet
+  const auto before = w.sim.server().operations();
+  auto offered = c.try_acquire(nothrow);
+  REQUIRE(offered);
+  CHECK_FALSE(*offered);
+  REQUIRE(offered->holder());
+  CHECK(offered->holder()->instance_id == "b");
+  CHECK(w.sim.server().operations() == before + 1);
+  CHECK(w.queue().size() == 1);  // the losing try wrote nothing
+  w.sim.advance(1s);
+  REQUIRE(wb.got);
+  REQUIRE(*wb.got);
+  CHECK(**wb.got);
+  CHECK((*wb.got)->release(nothrow));
+  auto free_again = c.try_acquire(nothrow);  // nobody waits: a plain try takes it
+  REQUIRE(free_again);
+  CHECK(*free_again);
+}
+
+TEST_CASE("a queued try whose reply is lost is tried again, never making two holders", "[queue][failure]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b"), c = w.waiter("c");
+  Waiting wb, wc;
+  wait_in(w, b, wb, 60s);
+  wait_in(w, c, wc, 60s);
+  raw.release();
+  const Fence offered = w.row()->fence;
+  w.sim.server().plan({MemoryServer::Fault::lose_reply});  // b's confirm lands; its reply is lost
+  w.sim.advance(1s);
+  REQUIRE(wb.got);
+  REQUIRE(*wb.got);
+  REQUIRE(**wb.got);
+  CHECK((*wb.got)->fence() == offered);
+  CHECK_FALSE(wc.got);
+  CHECK(w.row()->instance_id == "b");
+  w.sim.advance(10s);
+  CHECK_FALSE(wc.got);
+  CHECK((*wb.got)->release(nothrow));
+  w.sim.advance(1s);
+  REQUIRE(wc.got);
+  REQUIRE(*wc.got);
+  CHECK(**wc.got);
+  CHECK((*wc.got)->fence() > offered);
+  CHECK((*wc.got)->release(nothrow));
+}
+
+TEST_CASE("std::scoped_lock queues on two mutexes held elsewhere", "[queue][lockable]") {
+  World w;
+  RawHolder first(w.sim, "first"), second(w.sim, "second");
+  auto one = w.waiter("b", "first"), two = w.waiter("b", "second");
+  bool locked = false;
+  w.sim.executor().spawn([&] {
+    std::scoped_lock both(one, two);
+    locked = one.held() && two.held();
+  });
+  w.sim.executor().run_due();
+  w.sim.advance(10s);
+  first.release();
+  w.sim.advance(10s);
+  CHECK_FALSE(locked);
+  second.release();
+  w.sim.advance(10s);
+  CHECK(locked);
+  CHECK_FALSE(one.held());
+  CHECK_FALSE(two.held());
+  CHECK(w.queue("first").empty());
+  CHECK(w.queue("second").empty());
+  CHECK(w.sim.executor().running() == 0);
+}
+
+TEST_CASE("the singleton's blocking form waits in line", "[queue][singleton]") {
+  World w;
+  RawHolder raw(w.sim);
+  auto b = w.waiter("b");
+  std::optional<int> ran;
+  w.sim.executor().spawn([&] {
+    auto job = b.singleton([] { return 7; }, WaitPolicy{.blocking = true, .timeout = 60s});
+    ran = job();
+  });
+  w.sim.executor().run_due();
+  REQUIRE(w.queue().size() == 1);
+  w.sim.advance(5s);
+  CHECK_FALSE(ran);
+  raw.release();
+  w.sim.advance(1s);
+  CHECK(ran == 7);
+  CHECK(w.queue().empty());
+  CHECK_FALSE(w.row());
+}
