@@ -86,7 +86,7 @@ expect 77 "least privilege: schema without CREATE exits 77" pgm schema
 contains "$ERR" "lacks CREATE on schema public" "schema: names the missing privilege"
 contains "$ERR" "GRANT CREATE ON SCHEMA public TO $role" "schema: names the GRANT"
 expect 77 "least privilege: status of a table without grants exits 77" "$PGMUTEX" status --table "${TABLE}_other"
-contains "$ERR" "GRANT SELECT ON ${TABLE}_other TO $role" "status: names the GRANT a reader needs"
+contains "$ERR" "GRANT SELECT ON ${TABLE}_other, ${TABLE}_other_queue TO $role" "status: names the GRANT a reader needs"
 unset PGMUTEX_DSN
 
 finish

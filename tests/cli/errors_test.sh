@@ -67,10 +67,16 @@ role="cli_nopriv_$$"
 psql_admin "CREATE ROLE $role LOGIN"
 expect 77 "status without SELECT: 77" pgm status --dsn "user=$role"
 # status only reads: a monitoring role needs SELECT alone, and is told so.
-contains "$ERR" "run: GRANT SELECT ON $TABLE TO $role (holding locks needs INSERT, UPDATE, DELETE too" \
+contains "$ERR" "run: GRANT SELECT ON $TABLE, ${TABLE}_queue TO $role (holding locks needs INSERT, UPDATE, DELETE too" \
   "status names the one GRANT a reader needs"
-psql_admin "$(grep -o "GRANT SELECT ON $TABLE TO $role" "$ERR")"
+psql_admin "$(grep -o "GRANT SELECT ON $TABLE, ${TABLE}_queue TO $role" "$ERR")"
 expect 0 "that GRANT alone is enough for status" pgm status --dsn "user=$role"
+lacks "$ERR" "not shown" "... with the queues shown"
+# Without SELECT on the queue (a reader granted before the queue existed), status still shows the locks.
+psql_admin "REVOKE SELECT ON ${TABLE}_queue FROM $role"
+expect 0 "status with SELECT on the lock table alone: 0" pgm status --dsn "user=$role"
+contains "$ERR" "the queues are not shown: permission denied" "... and says the queues are not shown"
+contains "$ERR" "GRANT SELECT ON $TABLE, ${TABLE}_queue TO $role" "... with the GRANT that shows them"
 expect 77 "run without privileges: 77" pgm run --lock g --dsn "user=$role" -- true
 contains "$ERR" "GRANT SELECT, INSERT, UPDATE, DELETE ON $TABLE, ${TABLE}_queue TO $role; GRANT USAGE ON SEQUENCE ${TABLE}_fence_seq TO $role" \
   "run gives the GRANTs a holder needs, for this table and role"

@@ -28,8 +28,9 @@ void name_the_grants(StatementFailure& failure, std::string_view table, const st
     return;
   const std::string r = role.empty() ? "ROLE" : sql_identifier(role);
   if (effect == Effect::read) {
-    failure.hint = "role " + r + " needs SELECT on the lock table " + sql_table(table) +
-                   " to read it; as its owner, run: GRANT SELECT ON " + sql_table(table) + " TO " + r +
+    failure.hint = "role " + r + " needs SELECT on the lock table " + sql_table(table) + " and its queue " +
+                   sql_queue_table(table) + " to read them; as their owner, run: GRANT SELECT ON " +
+                   sql_table(table) + ", " + sql_queue_table(table) + " TO " + r +
                    " (holding locks needs INSERT, UPDATE, DELETE too, and USAGE on the sequence " +
                    sql_fence_sequence(table) + ")";
     return;
