@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <poll.h>
 
 #include "backend_impl.hpp"
@@ -33,21 +34,26 @@ constexpr std::chrono::nanoseconds probe_slack = std::chrono::milliseconds(50);
 // A descriptor that becomes readable when `stop` is requested, for poll().
 class StopFd {
  public:
-  explicit StopFd(std::stop_token stop)
-      : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), on_stop_(std::move(stop), [fd = fd_] {
-          const std::uint64_t one = 1;
-          if (fd >= 0) (void)!::write(fd, &one, sizeof one);
-        }) {}
+  explicit StopFd(std::stop_token stop) : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    on_stop_.emplace(std::move(stop), [fd = fd_] {
+      const std::uint64_t one = 1;
+      if (fd >= 0) (void)!::write(fd, &one, sizeof one);
+    });
+  }
   StopFd(const StopFd&) = delete;
   StopFd& operator=(const StopFd&) = delete;
+  // The callback goes first: its destructor waits for a run on another
+  // thread (a signal's stop) to finish, so nothing writes to the
+  // descriptor once it is closed (and perhaps reused).
   ~StopFd() {
+    on_stop_.reset();
     if (fd_ >= 0) ::close(fd_);
   }
   [[nodiscard]] int fd() const noexcept { return fd_; }
 
  private:
   int fd_;
-  std::stop_callback<std::function<void()>> on_stop_;
+  std::optional<std::stop_callback<std::function<void()>>> on_stop_;
 };
 
 // 'o:<fence>:<head>:<runner-up>' read into its two tickets.
