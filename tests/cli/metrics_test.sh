@@ -145,10 +145,10 @@ wait_file="$WORK/textfile/wait.prom"
 "$PGMUTEX" run --table "$TABLE" --lock wait-job --wait --metrics-file "$wait_file" -- true >/dev/null 2>"$WORK/waiter.err" &
 waiter=$!
 background_pids+=("$waiter")
-# Interrupt it once it waits: a waiter LISTENs on the lock's channel before it blocks.
+# Interrupt it once it waits: a waiter takes its place in the lock's queue before it blocks.
 # (SIGTERM, not SIGINT: a non-interactive shell starts background jobs with SIGINT ignored.)
 for _ in $(seq 200); do
-  [[ $(psql -X -At -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'") -gt 0 ]] && break
+  [[ $(psql -X -At -c "SELECT count(*) FROM ${TABLE}_queue WHERE lock_name = 'wait-job'") -gt 0 ]] && break
   sleep 0.05
 done
 kill -TERM "$waiter"
