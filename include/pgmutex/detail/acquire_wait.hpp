@@ -61,7 +61,7 @@ struct AcquireWait {
         // holder's stale deadline, a re-check), not one poll_interval.
         if (attempt && !grace) {
           const duration limit = timeout ? wait : watch_without_timeout;
-          auto woke = s.io.backend.wait_until_free(watch_of(s, *attempt), limit, stop);
+          auto woke = s.io.backend.wait_until_free(QueueWait::watch_of(s, *attempt), limit, stop);
           if (stop.stop_requested()) return guard_type(Errc::cancelled, std::move(attempt->holder_));
           waited = woke.has_value();
         }
@@ -76,11 +76,6 @@ struct AcquireWait {
       if (!waited && s.executor.wait_for(std::min(wait, s.options.poll_interval), stop))
         return guard_type(Errc::cancelled, attempt ? std::move(attempt->holder_) : std::nullopt);
     }
-  }
-
-  template <class State>
-  static WatchRequest watch_of(const State& s, const typename State::guard_type& refused) {
-    return QueueWait::watch_of(s, refused);
   }
 };
 
