@@ -165,13 +165,17 @@ Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std:
                                           {std::to_string(bound.statement_timeout.count())}, statement.sql, params,
                                           bound.deadline);
   if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
-  if (!prepared_.contains(statement.name)) {
-    ++statements_;
-    auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);
-    if (!prepared) return tl::unexpected(not_sent(std::move(prepared.error())));
-    prepared_.insert(statement.name);
-  }
+  if (auto prepared = prepare(statement, bound); !prepared) return tl::unexpected(std::move(prepared.error()));
   return connection().exec_prepared(statement.name, params, bound.deadline);
+}
+
+Outcome<void> OwnSession::prepare(const Statement& statement, const Bound& bound) {
+  if (unnamed() || prepared_.contains(statement.name)) return {};
+  ++statements_;
+  auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);
+  if (!prepared) return tl::unexpected(not_sent(std::move(prepared.error())));
+  prepared_.insert(statement.name);
+  return {};
 }
 
 Outcome<Rows> OwnSession::run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) {

@@ -32,6 +32,11 @@ class OwnSession final : public Session {
 
   Outcome<Rows> run(const Statement& statement, const std::vector<std::string>& params, const Bound& bound) override;
   Outcome<Rows> run_text(const std::string& sql, const std::vector<std::string>& params, const Bound& bound) override;
+  // Prepares `statement` on this connection now unless it is prepared
+  // already (or nothing is prepared here: a transaction pooler). A queued
+  // waiter does it for the statements of its handoff while it waits, so the
+  // release that wakes it is not followed by a Parse on the critical path.
+  Outcome<void> prepare(const Statement& statement, const Bound& bound);
   Outcome<std::string> table_oid(std::string_view table, const Bound& bound) override;
   Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) override;
   [[nodiscard]] bool unnamed() const override;
