@@ -29,7 +29,10 @@
 //     deadline is passed on within two polls when the first live waiter
 //     behind it is responsive;
 //   - a waiter that timed out or was cancelled, on a healthy connection,
-//     leaves no place in the line.
+//     leaves no place in the line;
+//   - no starvation: a free lock is taken within a few polls while its
+//     first live waiter is responsive (with FIFO and the handoff deadline,
+//     every responsive waiter's turn comes).
 // A failure prints the seed; replay one with
 //   PGMUTEX_SIM_SEED=<seed> build/tests/sim/sim_tests
 // PGMUTEX_SIM_SHARD=K/N runs the K-th of N slices of the seeds (CI runs the
@@ -148,6 +151,11 @@ Outcome simulate(std::uint64_t seed) {
   std::vector<std::pair<std::string, std::int64_t>> dead_tickets;  // places of killed waiters (lock, ticket)
   std::vector<std::int64_t> places_before(instance_count, 0);  // the last ticket in line when a wait began
   std::vector<ManualClock::time_point> responsive_since(instance_count);
+  // When each lock was first seen free while a live waiter queued for it
+  // (nullopt: it was not), and when the server last restarted (after which
+  // a free lock waits out the failover grace).
+  std::vector<std::optional<ManualClock::time_point>> free_with_waiter(spots.size());
+  std::optional<ManualClock::time_point> last_restart;
   std::map<std::pair<std::string, std::string>, Fence> queue_fence;  // per lock: the last grant the queue saw
   std::vector<Fence> last_granted(spots.size(), 0);
   std::vector<Fence> resource(spots.size(), 0);  // the highest fence each protected resource accepted
@@ -272,6 +280,7 @@ Outcome simulate(std::uint64_t seed) {
         if (faults.chance(1, 4)) {
           for (int i = 0; i < instance_count; ++i) faulted[i] = faulted[i] || waiting[i];
           sim.server().restart();
+          last_restart = sim.now();
           ++out.restarts;
         }
         break;
@@ -326,6 +335,38 @@ Outcome simulate(std::uint64_t seed) {
       const auto next = std::ranges::find_if(line, [](const MemoryServer::QueueEntry& e) {
         return e.offered_fence == 0 && e.alive;
       });
+      // No starvation: a lock free for its first live waiter to take (no
+      // row, or a row stale for both its holder and the waiter, not offered
+      // to anyone) is taken within a few polls while that waiter responds
+      // (past the failover grace of a restart: at most the longest stale
+      // threshold drawn).
+      std::optional<ManualClock::time_point> free_at;
+      if (next != line.end()) {
+        const auto waiter_stale = instances[std::stoi(next->instance_id.substr(1))].options().stale_threshold;
+        const auto stale_for_both = std::chrono::duration<double>(std::max(row ? row->stale_threshold : 0s, waiter_stale));
+        if (!row) {
+          free_at = sim.now();
+        } else if (offer == line.end() && row->seconds_since_heartbeat > stale_for_both.count()) {
+          free_at = sim.now() - std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::duration<double>(row->seconds_since_heartbeat) - stale_for_both);
+        }
+      }
+      if (!free_at) free_with_waiter[l].reset();
+      else if (!free_with_waiter[l]) free_with_waiter[l] = free_at;
+      if (free_with_waiter[l] && out.failure.empty()) {
+        const int i = std::stoi(next->instance_id.substr(1));
+        const bool last_of_its_own = std::ranges::count(line, next->connection, &MemoryServer::QueueEntry::connection) == 1;
+        const bool responsive = waiting[i] && last_of_its_own && !paused[i] && !stalled[i] && !partitioned[i] && !hung[i];
+        auto since = std::max(*free_with_waiter[l], responsive_since[i]);
+        if (last_restart) since = std::max(since, *last_restart + stale_choices.back());
+        if (responsive && sim.now() > since + 5 * instances[i].options().poll_interval * 106 / 100) {
+          why << "step " << step << ": " << ref.lock_name << " is free since "
+              << free_with_waiter[l]->time_since_epoch().count() << " ns while " << next->instance_id
+              << " waits first in line, responsive since " << responsive_since[i].time_since_epoch().count()
+              << " ns, at " << sim.now().time_since_epoch().count() << " ns";
+          out.failure = why.str();
+        }
+      }
       if (offer != line.end() && next != line.end() && out.failure.empty()) {
         const int i = std::stoi(next->instance_id.substr(1));
         const bool last_of_its_own = std::ranges::count(line, next->connection, &MemoryServer::QueueEntry::connection) == 1;
