@@ -333,16 +333,12 @@ enum class QueueWake : unsigned char { turn, look, timed_out, stopped };
 // leave the queue (a timeout, a cancellation); if a release offered this
 // place the lock meanwhile, pass the offer on as a release would. Errors:
 // the statement's, as a try's.
-// A backend may name the class whose queue it is (`using queue_owner =
-// itself;`): a class derived from it then waits as its own members say (a
-// test's backend that extends a connection to wait for a release), not in
-// the base's queue.
 template <class B>
 concept BackendQueuesWaiters =
     requires(B& b, const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline, std::int64_t ticket) {
       { b.enqueue(request, handoff_deadline) } noexcept -> std::same_as<Result<QueuePlace>>;
       { b.dequeue(request, ticket) } noexcept -> std::same_as<Result<void>>;
-    } && (!requires { typename B::queue_owner; } || std::same_as<typename B::queue_owner, B>);
+    };
 
 // A queue whose waiters block until woken, making no statement meanwhile
 // (Postgres: LISTEN on the waiter's connection, then poll() on its socket).

@@ -327,16 +327,29 @@ TEST_CASE("an acquire that failed with an unknown outcome, and left nothing, is 
 }
 
 namespace {
-// A backend that can be told of releases, but whose waits always fail.
-struct BrokenWaitBackend : MemoryBackend {
-  using MemoryBackend::MemoryBackend;
+// A backend that can be told of releases, but whose waits always fail. It
+// wraps the in-memory one for the required operations alone: it has no
+// queue, so a blocking acquire waits for releases through it.
+struct BrokenWaitBackend {
+  BrokenWaitBackend(std::shared_ptr<MemoryServer> server, std::string connection)
+      : memory(std::move(server), std::move(connection)) {}
+  Result<void> create_schema(std::string_view table) noexcept { return memory.create_schema(table); }
+  Result<AcquireResult> try_acquire(const AcquireRequest& request) noexcept { return memory.try_acquire(request); }
+  Result<void> heartbeat(const HolderKey& key) noexcept { return memory.heartbeat(key); }
+  Result<void> release(const HolderKey& key) noexcept { return memory.release(key); }
+  Result<std::optional<LockRow>> inspect(LockRef lock) noexcept { return memory.inspect(lock); }
+  Result<std::vector<LockRow>> list(std::string_view table) noexcept { return memory.list(table); }
+  Result<std::optional<LockRow>> force_release(LockRef lock) noexcept { return memory.force_release(lock); }
   Result<bool> wait_for_release(LockRef, std::chrono::nanoseconds) noexcept {
     ++*waits;
     return fail(Errc::backend_unavailable, "LISTEN failed");
   }
+  MemoryBackend memory;
   std::shared_ptr<int> waits = std::make_shared<int>(0);
 };
+static_assert(Backend<BrokenWaitBackend>);
 static_assert(BackendWaitsForRelease<BrokenWaitBackend>);
+static_assert(!BackendQueuesWaiters<BrokenWaitBackend>);
 }  // namespace
 
 TEST_CASE("a blocking acquire whose wait for release fails sleeps out the poll instead of spinning",

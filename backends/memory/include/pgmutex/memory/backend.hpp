@@ -26,9 +26,6 @@ namespace pgmutex {
 
 class MemoryBackend {
  public:
-  // Its queue is its own: a class derived from it does not wait in it (backend.hpp).
-  using queue_owner = MemoryBackend;
-
   // `connection` names this connection for partition() and drop_connection().
   explicit MemoryBackend(std::shared_ptr<MemoryServer> server, std::string connection = "default")
       : server_(std::move(server)), connection_(std::move(connection)) {}
