@@ -1,7 +1,8 @@
 // Issue 17's queue against the real server: waiters in separate processes
 // (pgmutex_integration_child queue) get the lock in arrival order; a killed
 // head is skipped by the release itself, a frozen one after its handoff
-// deadline; a waiter that gave up leaves no row; a plain try loses to the
+// deadline (stopped by SIGSTOP, or its connection frozen by the fault
+// proxy); a waiter that gave up leaves no row; a plain try loses to the
 // queue without writing WAL; a seed-shaped client cannot barge in; the
 // waiters behind the head make no statement while a release goes by.
 #include <signal.h>
@@ -10,6 +11,8 @@
 #include <functional>
 #include <thread>
 
+#include "fault_proxy.hpp"
+#include "pgmutex/mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
 #include "support.hpp"
 
@@ -171,6 +174,41 @@ TEST_CASE("a SIGSTOPped head loses its turn after its handoff deadline, and queu
   CHECK(fence_of(read_line(frozen, 60s)) > next_fence);
   CHECK(wait_child(next) == 0);
   CHECK(wait_child(frozen) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a head whose connection the fault proxy freezes loses its turn after its handoff deadline, and gets the "
+          "lock later",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_frozen_net");
+  Holder holder(table);
+  FaultProxy proxy;
+  Options o;
+  o.table = table;
+  o.lock_name = "job";
+  o.instance_id = "frozen";
+  o.handoff_deadline = 300ms;
+  Mutex frozen(PostgresBackend(proxy.dsn()), o);
+  std::optional<Mutex::guard_type> got;
+  std::thread head([&] {
+    auto guard = frozen.acquire(nothrow, 30s);
+    if (guard && *guard) got = std::move(*guard);
+  });
+  REQUIRE(eventually([&] { return queued(table) == 1; }));
+  Child next = queue_child(table, "next", 300, 60000, 300);
+  // Its process runs; its connection carries nothing: the server still
+  // counts it alive (its backend is), so the release offers it the lock.
+  proxy.set("freeze");
+  holder.release();
+  CHECK(holder_of(table) == "frozen");
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > holder.fence);
+  proxy.set("pass");
+  head.join();
+  REQUIRE(got.has_value());
+  CHECK(got->fence() > next_fence);  // it queued again, behind `next`
+  CHECK(got->release(nothrow));
+  CHECK(wait_child(next) == 0);
   CHECK(queued(table) == 0);
 }
 
