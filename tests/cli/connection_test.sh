@@ -92,10 +92,11 @@ expect 69 "run --timeout 1, server unreachable throughout: 69 once the timeout i
   pgm run --lock unreachable --dsn "$proxy_dsn" --timeout 1 -- echo should-not-run; keep
 contains "$ERR" "cannot connect to Postgres" "the message says the server could not be reached"
 ( sleep 1.5; proxy_mode pass >/dev/null ) &
+passes_again=$!
 expect 0 "run --wait --timeout 30, server back after 1.5 s: the command runs" \
   pgm run --lock unreachable --dsn "$proxy_dsn" --timeout 30 -- echo ran-once-reachable; keep
 contains "$OUT" "ran-once-reachable" "the command ran once the server answered"
-wait
+wait "$passes_again"  # not a bare wait: that waits out the fault proxy's 120 s lifetime too
 
 # --- never a password ------------------------------------------------------------
 lacks "$all_output" "$secret" "no output showed the password"
