@@ -62,11 +62,12 @@ int execute(const StatusArgs& args) {
   // A reader allowed the lock table but not its queue still sees the
   // locks; the waiters are left out, said on stderr with the GRANT to run.
   auto queue = backend.list_queue(args.connection.table);
-  if (!queue && queue.error() != Errc::permission_denied) exit_with(queue.error(), "status", args.connection);
-  if (!queue)
+  if (queue)
+    report.queue = std::move(*queue);
+  else if (queue.error() == Errc::permission_denied)
     std::cerr << "pgmutex: status: the queues are not shown: " << queue.error().message() << '\n';
   else
-    report.queue = std::move(*queue);
+    exit_with(queue.error(), "status", args.connection);
   if (report.lock) std::erase_if(report.queue, [&](const QueuedWaiterRow& w) { return w.lock_name != *report.lock; });
 
   const std::string format = args.json ? "json" : args.format;

@@ -335,14 +335,25 @@ Outcome simulate(std::uint64_t seed) {
       const auto next = std::ranges::find_if(line, [](const MemoryServer::QueueEntry& e) {
         return e.offered_fence == 0 && e.alive;
       });
+      // That waiter's instance, and whether it can act on its turn now: it
+      // waits, with one place only, and nothing stops or cuts it off.
+      const int next_i = next == line.end() ? -1 : std::stoi(next->instance_id.substr(1));
+      const bool next_responsive =
+          next_i >= 0 && waiting[next_i] &&
+          std::ranges::count(line, next->connection, &MemoryServer::QueueEntry::connection) == 1 &&
+          !paused[next_i] && !stalled[next_i] && !partitioned[next_i] && !hung[next_i];
+      // How long it may take to act: a few polls, at the slowest clock rate drawn.
+      const auto within_polls = [&](ManualClock::time_point since) {
+        return sim.now() <= since + 5 * instances[next_i].options().poll_interval * 106 / 100;
+      };
       // No starvation: a lock free for its first live waiter to take (no
       // row, or a row stale for both its holder and the waiter, not offered
       // to anyone) is taken within a few polls while that waiter responds
       // (past the failover grace of a restart: at most the longest stale
       // threshold drawn).
       std::optional<ManualClock::time_point> free_at;
-      if (next != line.end()) {
-        const auto waiter_stale = instances[std::stoi(next->instance_id.substr(1))].options().stale_threshold;
+      if (next_i >= 0) {
+        const auto waiter_stale = instances[next_i].options().stale_threshold;
         const auto stale_for_both = std::chrono::duration<double>(std::max(row ? row->stale_threshold : 0s, waiter_stale));
         if (!row) {
           free_at = sim.now();
@@ -354,29 +365,23 @@ Outcome simulate(std::uint64_t seed) {
       if (!free_at) free_with_waiter[l].reset();
       else if (!free_with_waiter[l]) free_with_waiter[l] = free_at;
       if (free_with_waiter[l] && out.failure.empty()) {
-        const int i = std::stoi(next->instance_id.substr(1));
-        const bool last_of_its_own = std::ranges::count(line, next->connection, &MemoryServer::QueueEntry::connection) == 1;
-        const bool responsive = waiting[i] && last_of_its_own && !paused[i] && !stalled[i] && !partitioned[i] && !hung[i];
-        auto since = std::max(*free_with_waiter[l], responsive_since[i]);
+        auto since = std::max(*free_with_waiter[l], responsive_since[next_i]);
         if (last_restart) since = std::max(since, *last_restart + stale_choices.back());
-        if (responsive && sim.now() > since + 5 * instances[i].options().poll_interval * 106 / 100) {
+        if (next_responsive && !within_polls(since)) {
           why << "step " << step << ": " << ref.lock_name << " is free since "
               << free_with_waiter[l]->time_since_epoch().count() << " ns while " << next->instance_id
-              << " waits first in line, responsive since " << responsive_since[i].time_since_epoch().count()
+              << " waits first in line, responsive since " << responsive_since[next_i].time_since_epoch().count()
               << " ns, at " << sim.now().time_since_epoch().count() << " ns";
           out.failure = why.str();
         }
       }
       if (offer != line.end() && next != line.end() && out.failure.empty()) {
-        const int i = std::stoi(next->instance_id.substr(1));
-        const bool last_of_its_own = std::ranges::count(line, next->connection, &MemoryServer::QueueEntry::connection) == 1;
-        const bool responsive = waiting[i] && last_of_its_own && !paused[i] && !stalled[i] && !partitioned[i] && !hung[i];
         const auto lapsed_at = ManualClock::time_point(offer->offered_until);
-        const auto since = std::max(lapsed_at, responsive_since[i]);
-        if (responsive && sim.now() > since + 5 * instances[i].options().poll_interval * 106 / 100) {
+        const auto since = std::max(lapsed_at, responsive_since[next_i]);
+        if (next_responsive && !within_polls(since)) {
           why << "step " << step << ": the offer of " << ref.lock_name << " to " << offer->instance_id
               << " lapsed at " << lapsed_at.time_since_epoch().count() << " ns and " << next->instance_id
-              << ", responsive since " << responsive_since[i].time_since_epoch().count()
+              << ", responsive since " << responsive_since[next_i].time_since_epoch().count()
               << " ns, still waits at " << sim.now().time_since_epoch().count() << " ns";
           out.failure = why.str();
         }

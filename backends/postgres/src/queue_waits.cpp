@@ -106,8 +106,9 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
         if (listens) {
           // While it waits: the statements of its handoff, parsed now rather
           // than after the release that wakes it (a fresh connection's Parse
-          // of the queued try took 4 ms there). A failure here is the
-          // connection's, which the wait finds closed: the place is taken.
+          // of the queued try took 4 ms there). A failure here is not the
+          // enqueue's: the place is taken, a closed connection is found by
+          // the wait, and a statement not prepared is prepared when it runs.
           auto& own = dynamic_cast<OwnSession&>(session);
           if (own.prepare(st.acquire_queued, bound)) (void)own.prepare(st.release, bound);
         }
