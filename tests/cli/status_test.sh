@@ -116,4 +116,14 @@ done
 expect 0 "status after the live holder ended" pgm status alive --json
 equal "$(jq -c '.locks' "$OUT")" "[]" "json: the ended holder is gone"
 
+# A heartbeat committed between a status statement's start (its now()) and its
+# snapshot carries a later now() than the statement's: its age reads as 0,
+# not below (CI once printed "-0.0s"). A row stamped ahead stands in for it.
+psql -X -q -c "INSERT INTO $TABLE (lock_name, instance_id, last_heartbeat, acquired_at)
+  VALUES ('ahead', 'fresh', now() + interval '10 seconds', now())" >/dev/null
+expect 0 "status of a heartbeat newer than the statement" pgm status ahead
+matches "$OUT" "^ahead +fresh +[0-9]+ .* 0\.0s +ok " "text: its age is 0.0s"
+expect 0 "status --json of a heartbeat newer than the statement" pgm status ahead --json
+equal "$(jq -r '.locks[0].seconds_since_heartbeat' "$OUT")" "0" "json: seconds_since_heartbeat is 0"
+
 finish

@@ -96,7 +96,7 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       // $6..$8 (the holder's details) are the queue row's here: typed, unused.
       " cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true),"
       " $6::text AS host, $7::bigint AS pid, $8::text AS command),"
-      " cur AS (SELECT instance_id, fence, last_heartbeat, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
+      " cur AS (SELECT instance_id, fence, last_heartbeat, " + seconds_since("last_heartbeat") + " AS age,"
       " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
       " FROM " + t + ", cfg WHERE locked = 1 AND lock_name = $1),"
       " me AS (SELECT q.offered_fence, q.waiter_pid, " + alive("q") + " AS alive FROM " + q + " AS q WHERE " + ours + "),"
@@ -181,7 +181,7 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
   s.list_queue = {"pgmutex_list_queue" + suffix,
                   "WITH " + std::string(procs_cte) + " SELECT q.lock_name, q.ticket, q.instance_id,"
                   " coalesce(q.holder_host, ''), coalesce(q.holder_pid, 0),"
-                  " extract(epoch FROM now() - q.enqueued_at)::float8, q.offered_fence IS NOT NULL, " + alive("q") +
+                  " " + seconds_since("q.enqueued_at") + ", q.offered_fence IS NOT NULL, " + alive("q") +
                   " FROM " + q + " AS q ORDER BY q.lock_name, q.ticket"};
 }
 

@@ -70,12 +70,16 @@ std::string fence_value(std::string_view table) {
   return "(" + nextval(table) + " + ((" + std::string(timeline_value) + " - 1) << 40))";
 }
 
+std::string seconds_since(std::string_view column) {
+  return "greatest(0, extract(epoch FROM now() - " + std::string(column) + "))::float8";
+}
+
 // The columns a LockRow is read from, in its order. A seed-made row has no
 // token, threshold or holder details: they read as 0 or ''.
-const std::string_view row_columns =
+const std::string row_columns =
     "lock_name, instance_id, fence, "
-    "(extract(epoch FROM acquired_at) * 1000000)::bigint, "
-    "extract(epoch FROM now() - last_heartbeat)::float8, "
+    "(extract(epoch FROM acquired_at) * 1000000)::bigint, " +
+    seconds_since("last_heartbeat") + ", "
     "coalesce(grant_token, 0), coalesce(holder_stale_s, 0)::float8, "
     "coalesce(holder_host, ''), coalesce(holder_pid, 0), coalesce(holder_command, '')";
 
@@ -232,7 +236,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   const std::string q = quoted_queue(table);
   s.acquire = {"pgmutex_acquire" + suffix,
                "WITH " + std::string(procs_cte) + ", cur AS ("
-               " SELECT instance_id, fence, last_heartbeat, extract(epoch FROM now() - last_heartbeat)::float8 AS age,"
+               " SELECT instance_id, fence, last_heartbeat, " + seconds_since("last_heartbeat") + " AS age,"
                " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
                " queued AS (SELECT 1 FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " +
@@ -327,9 +331,9 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   s.release = handoff_release(table, true, "pgmutex_release" + suffix);
 
   s.inspect = {"pgmutex_inspect" + suffix,
-               "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1 AND lock_name = $1" + no_marker};
+               "SELECT " + row_columns + " FROM " + t + " WHERE locked = 1 AND lock_name = $1" + no_marker};
   s.list = {"pgmutex_list" + suffix,
-            "SELECT " + std::string(row_columns) + " FROM " + t + " WHERE locked = 1" + no_marker + " ORDER BY lock_name"};
+            "SELECT " + row_columns + " FROM " + t + " WHERE locked = 1" + no_marker + " ORDER BY lock_name"};
   s.force_release = handoff_release(table, false, "pgmutex_force_release" + suffix);
   add_queue_statements(s, table, suffix);
   return s;

@@ -18,13 +18,19 @@ std::string channel_sql(std::string_view table, std::string_view hash_param);
 // "schema"."table_queue", every part quoted.
 std::string quoted_queue(std::string_view table);
 
+// The seconds from `column` to now(), never below 0: now() is the
+// statement's transaction start, and a heartbeat committed between that and
+// its snapshot (stamped with its own, later now()) would read as younger than
+// zero.
+std::string seconds_since(std::string_view column);
+
 // The timeline WAL is written on now.
 extern const std::string_view timeline_value;
 // A row is stale once older than the larger of the reclaimer's threshold ($3)
 // and the one its holder stored.
 extern const std::string_view stale_condition;
 // The columns a LockRow is read from, in its order.
-extern const std::string_view row_columns;
+extern const std::string row_columns;
 // set_config raising synchronous_commit to on for this statement (a grant must survive a crash).
 extern const std::string_view forced_synchronous_commit;
 
