@@ -119,7 +119,11 @@ TEST_CASE("a release offers the lock to the head alone; the waiters behind it ma
   const std::string table = fresh_table("queue_wakeups");
   Holder holder(table);
   std::vector<Child> waiters;
-  for (int i = 0; i < 6; ++i) waiters.push_back(queue_child(table, "w" + std::to_string(i), 1000));
+  // The runner-up probes the head once the handoff deadline (and 50 ms) passed
+  // after an offer, a statement this test would count: 1.7 s, the most these
+  // children's thresholds allow, keeps that probe well after the check below
+  // (1.05 s with the default 1 s was once reached on a loaded machine).
+  for (int i = 0; i < 6; ++i) waiters.push_back(queue_child(table, "w" + std::to_string(i), 1000, 60000, 1700));
   // Each waiter's enqueue is followed at once by the Parse of its handoff's
   // statements (the queued try, then the release), made while it waits.
   // Not checked for w0 and w1, the head and runner-up: on a slow machine they
