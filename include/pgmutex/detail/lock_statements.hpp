@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "pgmutex/error.hpp"
 #include "pgmutex/detail/grant_book.hpp"
 #include "pgmutex/detail/io_gate.hpp"
+#include "pgmutex/detail/token_seed.hpp"
 #include "pgmutex/options.hpp"
 
 namespace pgmutex::detail {
@@ -101,9 +101,7 @@ class LockStatements {
 
   // `options` and `clock` belong to the owning state, which outlives this.
   LockStatements(B b, const ValidOptions& options, const C& clock)
-      : backend(std::move(b)), options_(options), clock_(clock), token_state_(std::random_device{}()) {
-    token_state_ = (token_state_ << 32) ^ std::random_device{}();
-  }
+      : backend(std::move(b)), options_(options), clock_(clock), token_state_(token_seed()) {}
   LockStatements(const LockStatements&) = delete;
   LockStatements& operator=(const LockStatements&) = delete;
 
@@ -410,7 +408,7 @@ class LockStatements {
   // A fresh random token for each attempt: never 0 (0 is "no token").
   GrantToken next_token() noexcept {
     for (;;) {
-      // splitmix64: cheap, and seeded from the OS per mutex.
+      // splitmix64: cheap, and seeded from the OS (token_seed).
       std::uint64_t z = (token_state_ += 0x9E3779B97F4A7C15ULL);
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
