@@ -41,7 +41,11 @@ IFS='|' read -r _ fence2 instance2 _ <"$OUT"
 [[ "$instance2" != "$instance" ]] && pass "each run is its own instance" || fail "instance reused: $instance2"
 
 # --- two runs on one lock: the second exits 75 at once -------------------
-"$PGMUTEX" run --table "$TABLE" --lock busy -- sh -c 'echo "$PGMUTEX_INSTANCE" >"$0.tmp" && mv "$0.tmp" "$0"; sleep 4; touch "$0.done"' "$WORK/holder" \
+# The holder holds until told ($WORK/holder.go), not for a fixed time: under
+# ThreadSanitizer the five refused runs below once outlasted a 4 s hold.
+"$PGMUTEX" run --table "$TABLE" --lock busy -- \
+  sh -c 'echo "$PGMUTEX_INSTANCE" >"$0.tmp" && mv "$0.tmp" "$0"; while [ ! -e "$0.go" ]; do sleep 0.05; done; touch "$0.done"' \
+  "$WORK/holder" \
   >/dev/null 2>"$WORK/holder.err" &
 holder=$!
 background_pids+=("$holder")
@@ -74,7 +78,10 @@ expect 75 "-n while held: 75" pgm run --lock busy -n -- touch "$WORK/second-ran"
 contains "$ERR" "lock 'busy' is held by $holder_instance" "-n exits at once, naming the holder"
 [[ ! -e "$WORK/second-ran" ]] && pass "no command ran under -w, --timeout or -n" || fail "a command ran while the lock was held"
 
-# --wait: runs once the holder is done, and only then.
+# --wait: runs once the holder is done, and only then (told to end a second
+# after the waiter starts).
+(sleep 1; touch "$WORK/holder.go") &
+background_pids+=($!)
 expect 0 "--wait runs after the holder ends" \
   pgm run --lock busy --wait -- sh -c '[ -e "$0" ] && echo after || echo overlap' "$WORK/holder.done"
 equal "$(cat "$OUT")" "after" "the waiter ran only after the holder exited"
