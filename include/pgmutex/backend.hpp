@@ -273,6 +273,19 @@ struct WatchRequest {
   std::optional<std::chrono::nanoseconds> holder_stale_in = std::nullopt;
 };
 
+// When a waiter's watch should look at the holder again (holder_stale_in),
+// from the waiter's stale threshold and the holder's age as its refused try
+// saw them: once the row passes that threshold. A row already past it that
+// the try still refused is held under a longer threshold its holder stored
+// (a frozen holder with a longer lease), or is the line's: looking again at
+// once would spin (measured: 1,500 statements a second from one waiter), so
+// the watch looks again one threshold later.
+[[nodiscard]] inline std::chrono::nanoseconds holder_stale_look_in(std::chrono::nanoseconds threshold,
+                                                                   std::chrono::nanoseconds age) noexcept {
+  const std::chrono::nanoseconds left = threshold - age;
+  return left > std::chrono::nanoseconds::zero() ? left : threshold;
+}
+
 // Block until the lock may be free: a release announced (NOTIFY), the
 // holder's stale deadline reached, or a re-check found the row gone or stale
 // (true); `timeout` passed or `stop` requested (false). The backend shares

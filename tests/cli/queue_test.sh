@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pgmutex run --wait in line (issue 17): 15 waiting runs get the lock in the
 # order they queued, one after another; --handoff-deadline is accepted and
-# checked against the lease; a waiter that times out leaves no place behind.
+# checked against the lease; a waiter that times out leaves no place behind;
+# a waiter facing a frozen holder's longer threshold does not spin.
 source "$(dirname "$0")/lib.sh" "$@"
 
 queued() { psql -X -At -c "SELECT count(*) FROM ${TABLE}_queue" 2>/dev/null; }
@@ -65,5 +66,35 @@ wait_exit "$waiter" 30
 equal "$(queued)" "0" "... and leaves no place in line"
 kill -TERM "$holder"
 wait_exit "$holder" 30
+
+# A frozen holder that stored a longer stale threshold (60 s) than its
+# waiter's (2 s): past 2 s the row is older than the waiter's threshold yet
+# not stale, and the waiter looks again one threshold later, not at once (it
+# once spun: 1,500 statements a second). Counted in a database of its own,
+# so that no other test's transactions are counted.
+db="${PGDATABASE}_spin_$$"
+psql -X -q -c "CREATE DATABASE \"$db\"" >/dev/null
+commits() { PGDATABASE=$db psql -X -At -c "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"; }
+PGDATABASE=$db "$PGMUTEX" schema --table "$TABLE" >/dev/null 2>&1 && pass "schema in a database of its own" ||
+  fail "schema in $db"
+PGDATABASE=$db "$PGMUTEX" run --table "$TABLE" --lock frozen --stale-threshold 60 --alert-threshold 30 -- \
+  sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0"; exec sleep 60' "$WORK/frozen-held" >/dev/null 2>&1 &
+frozen=$!
+background_pids+=("$frozen")
+wait_for_file "$WORK/frozen-held"
+kill -STOP "$frozen"
+PGDATABASE=$db "$PGMUTEX" run --table "$TABLE" --lock frozen --wait --timeout 30 --stale-threshold 2 \
+  --alert-threshold 1 -- true >/dev/null 2>&1 &
+waiter=$!
+background_pids+=("$waiter")
+sleep 3  # past the waiter's threshold
+before=$(commits)
+sleep 3
+spent=$(( $(commits) - before ))
+((spent < 20)) && pass "a waiter past its threshold, facing a longer one, does not spin ($spent transactions in 3 s)" ||
+  fail "the waiter spun: $spent transactions in 3 s"
+kill -KILL "$waiter" "$frozen" "$(cat "$WORK/frozen-held")" 2>/dev/null
+wait "$waiter" "$frozen" 2>/dev/null
+psql -X -q -c "DROP DATABASE \"$db\" WITH (FORCE)" >/dev/null
 
 finish

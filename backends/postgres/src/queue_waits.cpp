@@ -170,9 +170,12 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     StopFd stopped(stop);
     auto& here = impl_->queued_here[ticket];
     if (here.handoff == std::chrono::nanoseconds::zero()) here.near = true;  // unknown place: as a head
+    // An offer to another waiter came: the holder the last try saw is gone,
+    // and its deadline with it (the runner-up's probe looks at the new one).
+    bool holder_changed = false;
     // The holder's stale deadline, as the last try saw it, for a head or runner-up.
     const auto stale_at = [&]() -> std::optional<Clock::time_point> {
-      if (!here.near || !w.holder_stale_in) return std::nullopt;
+      if (holder_changed || !here.near || !w.holder_stale_in) return std::nullopt;
       return start + *w.holder_stale_in;
     };
     auto sleep_until = [&](Clock::time_point until) -> bool {  // true: stopped
@@ -216,6 +219,7 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
         const auto offer = offer_of(payload);
         if (!offer) continue;
         if (offer->head == ticket) return QueueWake::turn;
+        holder_changed = true;
         if (offer->runner_up == ticket) {
           here.near = true;
           here.probe_at = Clock::now() + here.handoff + probe_slack;

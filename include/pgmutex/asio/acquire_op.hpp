@@ -126,7 +126,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
         if (holder_) {
           const auto age = std::chrono::duration_cast<std::chrono::nanoseconds>(
               std::chrono::duration<double>(holder_->seconds_since_heartbeat));
-          watch.holder_stale_in = std::max(std::chrono::nanoseconds::zero(), o.stale_threshold - age);
+          watch.holder_stale_in = holder_stale_look_in(o.stale_threshold, age);
         }
         // `woken` only queues a try: it takes no lock, so it may run anywhere, even inside watch_async.
         auto id = state->io.backend.watch_async(watch, [self = this->shared_from_this()] { self->try_soon(); });

@@ -172,8 +172,8 @@ struct QueueWait {
   static WatchRequest watch_of(const State& s, const typename State::guard_type& refused) {
     WatchRequest w{s.io.lock_ref(), s.options.stale_threshold, std::nullopt};
     if (refused.holder())
-      w.holder_stale_in =
-          std::max(duration::zero(), s.options.stale_threshold - s.io.age(refused.holder()->seconds_since_heartbeat));
+      w.holder_stale_in = holder_stale_look_in(s.options.stale_threshold,
+                                               s.io.age(refused.holder()->seconds_since_heartbeat));
     return w;
   }
 };
