@@ -60,7 +60,9 @@ CREATE TRIGGER load_fenced BEFORE INSERT OR UPDATE ON load_holds
 def psql(sql):
     pgbin = os.environ.get("PGMUTEX_TEST_PGBIN", "/usr/lib/postgresql/15/bin")
     out = subprocess.run([os.path.join(pgbin, "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-F", " ", "-c", sql],
-                         check=True, capture_output=True, text=True)
+                         capture_output=True, text=True)
+    if out.returncode != 0:  # say why: CI once showed only "exit status 2"
+        sys.exit(f"run_load: psql exited {out.returncode} on: {sql}\n{out.stderr}")
     return out.stdout
 
 
