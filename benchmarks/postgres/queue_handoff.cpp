@@ -1,6 +1,7 @@
 // The queue of issue 17 through the library, against a real server: N waiters
 // (N = 10 and 100), each a pgmutex::Mutex of its own (its own connection) on a
-// thread of its own blocking in acquire(), and holders releasing in turn. A
+// thread of its own blocking in acquire(), or (N/S: 100/2, 1000/4) each a
+// SessionMutex on one of S Sessions, and holders releasing in turn. A
 // plain timed program printing its figures (Google Benchmark's iterations do
 // not fit a line of N blocked threads):
 //
@@ -33,6 +34,7 @@
 #include <pqxx/pqxx>
 
 #include "pgmutex/mutex.hpp"
+#include "pgmutex/session.hpp"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -139,8 +141,10 @@ struct Grant {
   Clock::time_point at;
 };
 
-void run(int n, int releases) {
-  const std::string table = "bench_queue_" + std::to_string(n);
+// sessions == 0: each waiter a pgmutex::Mutex on its own connection; else
+// each a SessionMutex, waiter i on session i % sessions.
+void run(int n, int releases, int sessions) {
+  const std::string table = "bench_queue_" + std::to_string(n) + (sessions > 0 ? "_s" + std::to_string(sessions) : "");
   const std::string lock = "line";
   {
     pgmutex::Options o;
@@ -162,13 +166,10 @@ void run(int n, int releases) {
   std::atomic<int> done_releases{0};
   std::atomic<int> failures{0};
   std::stop_source stop;
+  std::vector<std::shared_ptr<pgmutex::Session>> shared;
+  for (int i = 0; i < sessions; ++i) shared.push_back(pgmutex::Session::create(""));
 
-  const auto waiter = [&](int id) {
-    pgmutex::Options o;
-    o.table = table;
-    o.lock_name = lock;
-    o.instance_id = "w" + std::to_string(id);
-    pgmutex::Mutex mutex(PostgresBackend(""), o);
+  const auto take_turns = [&](int id, auto& mutex) {
     while (!stop.stop_requested()) {
       const long ticket = next_ticket++;
       auto got = mutex.acquire(pgmutex::nothrow, std::nullopt, stop.get_token());
@@ -210,6 +211,19 @@ void run(int n, int releases) {
         release_call_us.push_back(std::chrono::duration<double, std::micro>(after - before).count());
       }
       ++done_releases;
+    }
+  };
+  const auto waiter = [&](int id) {
+    pgmutex::Options o;
+    o.table = table;
+    o.lock_name = lock;
+    o.instance_id = "w" + std::to_string(id);
+    if (shared.empty()) {
+      pgmutex::Mutex mutex(PostgresBackend(""), o);
+      take_turns(id, mutex);
+    } else {
+      pgmutex::SessionMutex mutex(shared[static_cast<std::size_t>(id) % shared.size()]->backend(), o);
+      take_turns(id, mutex);
     }
   };
 
@@ -289,7 +303,10 @@ void run(int n, int releases) {
   }
   for (int g = 1; g <= measured; ++g) out_of_order += grants[g].ticket < grants[g - 1].ticket ? 1 : 0;
 
-  std::printf("N = %d waiters (each a pgmutex::Mutex on its own connection and thread)\n", n);
+  if (sessions == 0) std::printf("N = %d waiters (each a pgmutex::Mutex on its own connection and thread)\n", n);
+  else
+    std::printf("N = %d waiters (each a SessionMutex on a thread of its own, on %d Sessions: %d connections)\n", n,
+                sessions, sessions);
   std::printf("  idle queue, %.1f s: %.2f statements/s from the clients' role (holder's heartbeat included)\n", idle_s,
               static_cast<double>(total(idle1) - total(idle0)) / idle_s);
   print_breakdown(idle0, idle1, idle_s, "/s");
@@ -327,7 +344,18 @@ int main(int argc, char** argv) {
         tx.exec("CREATE ROLE " + std::string(observer_role) + " LOGIN IN ROLE pg_read_all_stats");
     }
     const int releases = argc > 1 ? std::stoi(argv[1]) : 200;
-    for (int n : {10, 100}) run(n, releases);
+    // The rest: the lines to run, "N" (N Mutex objects) or "N/S" (N
+    // SessionMutex on S Sessions); by default 10, 100, 100/2 and 1000/4.
+    std::vector<std::string> lines(argv + std::min(argc, 2), argv + argc);
+    if (lines.empty()) lines = {"10", "100", "100/2", "1000/4"};
+    for (const std::string& line : lines) {
+      const auto slash = line.find('/');
+      const int n = std::stoi(line.substr(0, slash));
+      const int sessions = slash == std::string::npos ? 0 : std::stoi(line.substr(slash + 1));
+      if (n < 1 || (slash != std::string::npos && sessions < 1))
+        throw std::invalid_argument("a line is N or N/S, with N and S at least 1 (got '" + line + "')");
+      run(n, releases, sessions);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "queue_handoff: %s\n", e.what());

@@ -214,8 +214,8 @@ bool OwnSession::consume_input() {
   return false;
 }
 
-std::vector<std::string> OwnSession::take_notifications() {
-  return connection_ ? connection_->take_notifications() : std::vector<std::string>{};
+std::vector<Notification> OwnSession::take_notifications() {
+  return connection_ ? connection_->take_notifications() : std::vector<Notification>{};
 }
 
 std::vector<std::string> OwnSession::take_payloads(const std::string& channel) {

@@ -49,8 +49,8 @@ class OwnSession final : public Session {
   [[nodiscard]] int socket() const noexcept { return connection_ ? connection_->socket() : -1; }
   // Reads what arrived; false (and the connection dropped) if it is gone.
   bool consume_input();
-  // The channels notified since the last call (by any statement or read).
-  std::vector<std::string> take_notifications();
+  // The NOTIFYs since the last call (read by any statement or read).
+  std::vector<Notification> take_notifications();
   // --- for a queued waiter of the backend (queue_waits.cpp), which blocks
   // on the socket itself: whether `channel` is LISTENed on the connection
   // now, the payloads notified on it, and a wait for input (see PqConnection).

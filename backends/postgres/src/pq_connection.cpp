@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -120,7 +121,7 @@ void PqConnection::collect_notifications() {
     // Our own releases wake nobody here: this session is the releaser.
     if (n->be_pid != backend_pid_) {
       if (notified_.size() >= max_pending_notifications) notified_.pop_front();
-      notified_.push_back(Notified{n->relname, n->extra != nullptr ? n->extra : ""});
+      notified_.push_back(Notification{n->relname, n->extra != nullptr ? n->extra : ""});
     }
     PQfreemem(n);
   }
@@ -311,7 +312,7 @@ std::string PqConnection::user() const {
 }
 
 void PqConnection::discard_notifications(std::string_view channel) {
-  std::erase_if(notified_, [&](const Notified& n) { return n.channel == channel; });
+  std::erase_if(notified_, [&](const Notification& n) { return n.channel == channel; });
 }
 
 int PqConnection::socket() const noexcept { return usable() ? PQsocket(connection_) : -1; }
@@ -326,17 +327,15 @@ bool PqConnection::consume_input() {
   return true;
 }
 
-std::vector<std::string> PqConnection::take_notifications() {
-  std::vector<std::string> out;
-  out.reserve(notified_.size());
-  for (Notified& n : notified_) out.push_back(std::move(n.channel));
+std::vector<Notification> PqConnection::take_notifications() {
+  std::vector<Notification> out(std::make_move_iterator(notified_.begin()), std::make_move_iterator(notified_.end()));
   notified_.clear();
   return out;
 }
 
 std::vector<std::string> PqConnection::take_payloads(std::string_view channel) {
   std::vector<std::string> out;
-  for (Notified& n : notified_)
+  for (Notification& n : notified_)
     if (n.channel == channel) out.push_back(std::move(n.payload));
   discard_notifications(channel);
   return out;

@@ -19,6 +19,12 @@ namespace pgmutex::postgres_detail {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
+// One NOTIFY as it arrived: its channel and its payload (empty if none).
+struct Notification {
+  std::string channel;
+  std::string payload;
+};
+
 class PqConnection {
  public:
   // Connects with PQconnectStart/PQconnectPoll; fails with Kind::timeout at `deadline`.
@@ -57,7 +63,7 @@ class PqConnection {
   // gone), and the channels notified so far, taken out.
   [[nodiscard]] int socket() const noexcept;
   bool consume_input();
-  std::vector<std::string> take_notifications();
+  std::vector<Notification> take_notifications();
   // The payloads of the NOTIFYs on `channel` that arrived so far, taken out
   // (a queued waiter reads whom a release offered the lock).
   std::vector<std::string> take_payloads(std::string_view channel);
@@ -95,11 +101,7 @@ class PqConnection {
   pg_conn* connection_ = nullptr;
   int backend_pid_ = 0;
   // NOTIFYs from other sessions, read along with any result; a bounded backlog.
-  struct Notified {
-    std::string channel;
-    std::string payload;
-  };
-  std::deque<Notified> notified_;
+  std::deque<Notification> notified_;
 };
 
 }  // namespace pgmutex::postgres_detail

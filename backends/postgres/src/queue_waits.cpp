@@ -3,16 +3,17 @@
 // and waiting in line without a statement: poll() on the connection's
 // socket until a release names this ticket, a stop, or a timer of the
 // head or runner-up. A backend that cannot LISTEN (a pool's connection, a
-// pgmutex::Session's, a transaction pooler's) looks with backoff instead.
+// transaction pooler's) looks with backoff instead. A pgmutex::Session's
+// waiters take their places here too, and wait in queue_book.cpp.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <optional>
 #include <poll.h>
 
 #include "backend_impl.hpp"
+#include "queue_rules.hpp"
 #include "statement_values.hpp"
 
 namespace pgmutex {
@@ -22,14 +23,6 @@ using namespace postgres_detail;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A waiter that cannot LISTEN looks this often, doubling from the first.
-constexpr std::chrono::nanoseconds first_look = std::chrono::milliseconds(25);
-constexpr std::chrono::nanoseconds longest_look = std::chrono::seconds(1);
-// How long a pooled waiter's place lives without a look: three longest looks and more.
-constexpr std::chrono::nanoseconds pooled_lease = std::chrono::seconds(5);
-// The runner-up looks this long after the head's handoff deadline.
-constexpr std::chrono::nanoseconds probe_slack = std::chrono::milliseconds(50);
 
 // A descriptor that becomes readable when `stop` is requested, for poll().
 class StopFd {
@@ -56,25 +49,6 @@ class StopFd {
   std::optional<std::stop_callback<std::function<void()>>> on_stop_;
 };
 
-// 'o:<fence>:<head>:<runner-up>' read into its two tickets.
-struct Offer {
-  std::int64_t head = 0;
-  std::int64_t runner_up = 0;
-};
-std::optional<Offer> offer_of(std::string_view payload) {
-  if (!payload.starts_with("o:")) return std::nullopt;
-  std::int64_t numbers[3] = {0, 0, 0};
-  std::size_t at = 2;
-  for (auto& n : numbers) {
-    const auto end = payload.find(':', at);
-    const std::string_view part = payload.substr(at, end == std::string_view::npos ? payload.size() - at : end - at);
-    if (std::from_chars(part.data(), part.data() + part.size(), n).ec != std::errc{}) return std::nullopt;
-    if (end == std::string_view::npos) break;
-    at = end + 1;
-  }
-  return Offer{numbers[1], numbers[2]};
-}
-
 }  // namespace
 
 Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
@@ -84,7 +58,9 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
       request.lock.table, "enqueue for " + lock_context(request.lock), Effect::write, request.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<QueuePlace> {
         // LISTEN before the place is taken: a release after it is heard.
-        const bool listens = impl_->own.has_value() && !session.unnamed();
+        // A pgmutex::Session's connection LISTENs too: its I/O thread hands
+        // the offers to its waiters (queue_book.cpp).
+        const bool listens = (impl_->own.has_value() || impl_->core != nullptr) && !session.unnamed();
         if (listens) {
           auto oid = session.table_oid(request.lock.table, bound);
           if (!oid) return tl::unexpected(std::move(oid.error()));

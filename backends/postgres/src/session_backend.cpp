@@ -100,7 +100,11 @@ Result<void> SessionBackend::create_schema(std::string_view table) noexcept {
 }
 Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request) noexcept {
   if (!impl_) return moved_from();
-  return impl_->backend.try_acquire(request);
+  auto tried = impl_->backend.try_acquire(request);
+  // A queued try that won, or found its place gone, ends the place's wait.
+  if (request.queue_ticket != 0 && tried && (tried->acquired || tried->queue_place_lost))
+    impl_->core().forget_place(request.lock.table, request.queue_ticket);
+  return tried;
 }
 Result<void> SessionBackend::heartbeat(const HolderKey& key) noexcept {
   if (!impl_) return moved_from();
@@ -206,6 +210,33 @@ bool SessionBackend::heartbeat_commits_asynchronously() const noexcept {
   return impl_ && impl_->backend.heartbeat_commits_asynchronously();
 }
 
+Result<QueuePlace> SessionBackend::enqueue(const AcquireRequest& request,
+                                           std::chrono::nanoseconds handoff_deadline) noexcept {
+  if (!impl_) return moved_from();
+  try {
+    return impl_->core().enqueue(request, handoff_deadline);
+  } catch (...) {
+    return fail(Errc::backend_unavailable, "enqueue for lock '" + std::string(request.lock.lock_name) + "': out of memory");
+  }
+}
+
+Result<void> SessionBackend::dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept {
+  if (!impl_) return moved_from();
+  impl_->core().forget_place(request.lock.table, ticket);
+  return impl_->backend.dequeue(request, ticket);
+}
+
+Result<QueueWake> SessionBackend::wait_in_queue(const WatchRequest& w, std::int64_t ticket,
+                                                std::chrono::nanoseconds timeout, std::stop_token stop) noexcept {
+  if (!impl_) return moved_from();
+  if (auto valid = validate_table_name(w.lock.table); !valid) return tl::unexpected(std::move(valid.error()));
+  try {
+    return impl_->core().wait_in_queue(w, ticket, timeout, std::move(stop));
+  } catch (...) {
+    return fail(Errc::backend_unavailable, "wait in the queue of lock '" + std::string(w.lock.lock_name) + "': out of memory");
+  }
+}
+
 SessionBackend SessionBackend::share() const { return SessionBackend(owner()); }
 
 const std::shared_ptr<Session>& SessionBackend::owner() const noexcept {
@@ -230,5 +261,6 @@ static_assert(BackendReportsSession<SessionBackend>);
 static_assert(BackendReportsHistory<SessionBackend>);
 static_assert(BackendReportsCommitMode<SessionBackend>);
 static_assert(BackendRunsJobs<SessionBackend>);
+static_assert(BackendWaitsInQueue<SessionBackend>);
 
 }  // namespace pgmutex

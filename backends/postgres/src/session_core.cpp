@@ -64,6 +64,8 @@ void SessionCore::stop() noexcept {
     // Whoever waits in the queue is told: their jobs never run. Owned jobs
     // are taken out and destroyed outside the lock: they may own mutexes of
     // this session (and an async operation's may hand its work elsewhere).
+    for (auto& [key, place] : places_)
+      if (place.waiting != nullptr) place.waiting->notify_all();  // it ends: the session stopped
     for (auto& q : jobs_) {
       if (q.waited != nullptr) q.waited->cv.notify_all();
       else unrun.push_back(std::move(q));

@@ -4,7 +4,9 @@
 //     waited for by its caller, each bounded by its own deadline);
 //   - the batched heartbeats (beat_batch.cpp);
 //   - the watches of waiters: one LISTEN per lock, NOTIFYs dispatched by
-//     channel, stale deadlines and slow re-checks (watch_book.cpp).
+//     channel, stale deadlines and slow re-checks (watch_book.cpp);
+//   - the places of waiters in locks' queues: each release's offer handed
+//     to the one place it names (queue_book.cpp).
 // While idle it waits in poll() on the connection's socket, an eventfd (new
 // work) and its next timer: no statement is sent for a waiter that waits.
 // Private to the backend.
@@ -20,8 +22,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "own_session.hpp"
@@ -81,6 +86,20 @@ class SessionCore : public SharedConnection {
   // True if the watch was still waiting (its callback never runs).
   bool cancel_watch(WatchId id) noexcept;
 
+  // The queue (issue 17), for SessionBackend's waiters (queue_book.cpp).
+  // enqueue: a place at the back of the lock's queue, taken on the I/O
+  // thread (LISTEN, then the enqueue), and the book's entry for it, made
+  // before any NOTIFY is dispatched: an offer to it that comes at once is kept.
+  Result<QueuePlace> enqueue(const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline);
+  // Blocks until the I/O thread hands the place its turn or a reason to
+  // look, the runner-up's or the holder's deadline passes, `timeout`
+  // passes or `stop` fires: no statement. A session's connection that
+  // cannot LISTEN (a transaction pooler's) looks with backoff instead.
+  Result<QueueWake> wait_in_queue(const WatchRequest& w, std::int64_t ticket, std::chrono::nanoseconds timeout,
+                                  std::stop_token stop);
+  // The place is left, lost or granted: its entry goes.
+  void forget_place(std::string_view table, std::int64_t ticket) noexcept;
+
   [[nodiscard]] SessionStats stats() const noexcept;
   [[nodiscard]] const SessionOptions& options() const noexcept { return options_; }
   [[nodiscard]] const std::string& dsn() const noexcept { return dsn_; }
@@ -109,6 +128,23 @@ class SessionCore : public SharedConnection {
     std::uint64_t epoch = 0;           // the connection it LISTENs on
     std::function<void()> woken;
   };
+
+  // A waiter's place in a lock's queue, as the I/O thread tells it.
+  struct Place {
+    std::string lock_name;
+    std::string channel;  // empty: no LISTEN (unnamed statements): the waiter looks with backoff
+    std::uint64_t epoch = 0;  // the connection it LISTENs on
+    std::chrono::nanoseconds handoff{0};
+    bool near = false;            // head or runner-up as far as it knows: it also looks at the holder's deadline
+    bool holder_changed = false;  // an offer went to another waiter: the holder the last try met is gone
+    std::optional<QueueWake> woke;     // turn or look, set by the I/O thread, taken by the waiter
+    std::optional<Deadline> probe_at;  // the runner-up's look at a late head
+    std::chrono::nanoseconds poll_delay{0};    // without LISTEN: the next look
+    std::condition_variable* waiting = nullptr;  // the blocked waiter's, while it waits
+  };
+  // Hands each place the offers and bare releases on its channel, and a
+  // look to a place whose connection went (LISTENing again on the new one).
+  void dispatch_to_places(const std::vector<Notification>& notes);
 
   void run() noexcept;
   // Copies the connection's counts to the stats (read by any thread).
@@ -143,6 +179,7 @@ class SessionCore : public SharedConnection {
   std::vector<Beat> beats_;
   std::optional<Deadline> tick_end_;
   std::map<WatchId, Watch> watches_;
+  std::map<std::pair<std::string, std::int64_t>, Place> places_;  // by table and ticket
   WatchId next_watch_ = 1;
   Deadline next_recheck_ = Deadline::max();
 

@@ -117,16 +117,17 @@ void SessionCore::wake_watches(const std::vector<WatchId>& ids) {
 
 void SessionCore::after_io() {
   note_counts();
-  const std::vector<std::string> channels = own_.take_notifications();
+  const std::vector<Notification> notes = own_.take_notifications();
+  dispatch_to_places(notes);
   const std::uint64_t now_epoch = epoch();
   std::vector<WatchId> to_wake;
   {
     std::lock_guard lock(mutex_);
     if (watches_.empty()) return;
-    for (const std::string& channel : channels) {
+    for (const Notification& note : notes) {
       bool any = false;
       for (const auto& [id, w] : watches_)
-        if (w.channel == channel) {
+        if (w.channel == note.channel) {
           to_wake.push_back(id);
           any = true;
         }

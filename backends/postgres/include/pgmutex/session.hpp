@@ -121,6 +121,13 @@ class SessionBackend {
                                std::stop_token stop) noexcept;
   Result<WatchId> watch_async(const WatchRequest& watch, std::function<void()> woken) noexcept;
   bool cancel_watch(WatchId id) noexcept;
+  // The lock's queue (BackendWaitsInQueue): a place bound to the session's
+  // connection, LISTENed for on it; a waiter blocks without a statement
+  // until the session's I/O thread hands it its turn.
+  Result<QueuePlace> enqueue(const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline) noexcept;
+  Result<void> dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept;
+  Result<QueueWake> wait_in_queue(const WatchRequest& w, std::int64_t ticket, std::chrono::nanoseconds timeout,
+                                  std::stop_token stop) noexcept;
   // On the session's I/O thread (BackendRunsJobs): the async forms run an
   // operation there, its statements then sent at once.
   bool run_job(std::function<void()> job) noexcept;

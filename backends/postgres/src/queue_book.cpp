@@ -1,0 +1,173 @@
+// The session's waiters in locks' queues (issue 17): their places, each
+// taken on the I/O thread together with the book's entry for it, and their
+// waits. A waiter blocks on a condition variable and makes no statement:
+// the I/O thread, which reads every NOTIFY of the connection, hands a
+// release's offer to the one place it names (its turn), tells the runner-up
+// when to look at a late head, and tells every place of a connection that
+// went to look (its place died with that connection's server backend).
+// Their liveness is the session's connection: one server backend vouches
+// for every waiter of the session, and its end ends them all at once.
+#include <algorithm>
+
+#include "queue_rules.hpp"
+#include "session_core.hpp"
+
+namespace pgmutex::postgres_detail {
+
+Result<QueuePlace> SessionCore::enqueue(const AcquireRequest& request, std::chrono::nanoseconds handoff_deadline) {
+  std::optional<Result<QueuePlace>> taken;
+  const auto body = [&](OwnSession& own) {
+    taken = io_backend_->enqueue(request, handoff_deadline);
+    if (!*taken) return;
+    Place place;
+    place.lock_name = std::string(request.lock.lock_name);
+    place.epoch = epoch();  // the connection the place is bound to
+    place.handoff = handoff_deadline;
+    place.near = (*taken)->ahead <= 1;
+    place.poll_delay = first_look;
+    // The enqueue LISTENed already: this only names the channel (no
+    // statement), unless the connection went meanwhile, which the epoch tells.
+    if (!own.unnamed())
+      if (auto channel = SharedAccess::listen(*io_backend_, request.lock)) place.channel = std::move(*channel);
+    std::lock_guard lock(mutex_);
+    places_.insert_or_assign({std::string(request.lock.table), (*taken)->ticket}, std::move(place));
+  };
+  const auto queued_until = std::chrono::steady_clock::now() + options_.postgres.default_timeout;
+  if (!call(body, queued_until) || !taken)
+    return fail(Errc::backend_unavailable, "enqueue for lock '" + std::string(request.lock.lock_name) +
+                                               "': the session's connection was busy until the deadline (or the session stopped)");
+  return std::move(*taken);
+}
+
+void SessionCore::forget_place(std::string_view table, std::int64_t ticket) noexcept {
+  std::lock_guard lock(mutex_);
+  places_.erase(std::pair<std::string, std::int64_t>(std::string(table), ticket));
+}
+
+Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t ticket,
+                                             std::chrono::nanoseconds timeout, std::stop_token stop) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::max(timeout, std::chrono::nanoseconds::zero());
+  std::condition_variable cv;
+  bool stopped = false;
+  // Made before the lock is taken: a stop requested already runs it at once.
+  std::stop_callback on_stop(std::move(stop), [&] {
+    std::lock_guard lock(mutex_);
+    stopped = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mutex_);
+  auto [found, unknown] = places_.try_emplace(std::pair<std::string, std::int64_t>(std::string(w.lock.table), ticket));
+  Place& place = found->second;
+  if (unknown) {
+    // Not taken by this session's enqueue (or forgotten): nothing will be
+    // handed to it, so it looks with backoff, as a head would.
+    place.lock_name = std::string(w.lock.lock_name);
+    place.near = true;
+    place.poll_delay = first_look;
+  }
+  place.waiting = &cv;
+  place.holder_changed = false;  // the holder this wait's request describes is the current one
+  struct Unregister {
+    Place& place;
+    ~Unregister() { place.waiting = nullptr; }
+  } unregister{place};
+  // The holder's stale deadline as the last try saw it, for a head or runner-up.
+  const auto stale_at = [&]() -> std::optional<Deadline> {
+    if (place.holder_changed || !place.near || !w.holder_stale_in) return std::nullopt;
+    return start + *w.holder_stale_in;
+  };
+  const auto ended = [&]() -> std::optional<Result<QueueWake>> {
+    if (stopped) return QueueWake::stopped;
+    if (stopping_)
+      return fail(Errc::backend_unavailable, "wait in the queue of lock '" + place.lock_name + "': the session stopped");
+    return std::nullopt;
+  };
+  if (place.channel.empty()) {
+    // No LISTEN here: look after a backoff (the queued try keeps the place's lease).
+    auto until = std::min(deadline, start + place.poll_delay);
+    if (const auto s = stale_at()) until = std::min(until, *s);
+    place.poll_delay = std::min(place.poll_delay * 2, longest_look);
+    cv.wait_until(lock, until, [&] { return stopped || stopping_; });
+    if (auto end = ended()) return std::move(*end);
+    return std::chrono::steady_clock::now() >= deadline ? QueueWake::timed_out : QueueWake::look;
+  }
+  for (;;) {
+    if (auto end = ended()) return std::move(*end);
+    if (place.woke) {
+      const QueueWake why = *place.woke;
+      place.woke.reset();
+      return why;
+    }
+    auto wake_at = deadline;
+    if (place.probe_at) wake_at = std::min(wake_at, *place.probe_at);
+    if (const auto s = stale_at()) wake_at = std::min(wake_at, *s);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= wake_at) {
+      if (place.probe_at && now >= *place.probe_at) {
+        place.probe_at.reset();
+        return QueueWake::look;  // the head let its handoff deadline pass, maybe
+      }
+      if (now >= deadline) return QueueWake::timed_out;
+      return QueueWake::look;  // the holder's stale deadline
+    }
+    cv.wait_until(lock, wake_at);
+  }
+}
+
+void SessionCore::dispatch_to_places(const std::vector<Notification>& notes) {
+  const std::uint64_t now_epoch = epoch();
+  std::vector<std::pair<std::string, std::string>> listen_again;  // table, lock
+  {
+    std::lock_guard lock(mutex_);
+    if (places_.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto tell = [](Place& place, QueueWake why) {
+      if (place.woke != QueueWake::turn) place.woke = why;  // a turn is never taken back by a look
+      if (place.waiting) place.waiting->notify_all();
+    };
+    for (const Notification& note : notes) {
+      const auto offer = offer_of(note.payload);
+      bool heard = false;
+      for (auto& [key, place] : places_) {
+        if (place.channel != note.channel) continue;
+        heard = true;
+        if (note.payload.empty()) {
+          tell(place, QueueWake::look);  // the row went and nobody was offered it
+          continue;
+        }
+        if (!offer) continue;
+        if (offer->head == key.second) {
+          tell(place, QueueWake::turn);
+          continue;
+        }
+        // Only a waiter whose timers change is woken to reset them: the
+        // runner-up, and a near one whose probe or stale deadline lapses.
+        const bool timers_change = offer->runner_up == key.second || place.probe_at ||
+                                   (place.near && !place.holder_changed);
+        place.holder_changed = true;
+        if (offer->runner_up == key.second) {
+          place.near = true;
+          place.probe_at = now + place.handoff + probe_slack;
+        } else {
+          place.probe_at.reset();  // another head, another runner-up: theirs to watch
+        }
+        if (timers_change && place.waiting) place.waiting->notify_all();
+      }
+      if (heard) ++notifications_;
+    }
+    // A place bound to a connection that went died with its server backend:
+    // a queued try says so (the waiter takes another). On a connection up
+    // now, its channel is LISTENed again first, should the place live on.
+    for (auto& [key, place] : places_) {
+      if (place.channel.empty() || place.epoch == now_epoch) continue;
+      place.epoch = now_epoch;
+      if (now_epoch != 0) listen_again.emplace_back(key.first, place.lock_name);
+      tell(place, QueueWake::look);
+    }
+  }
+  for (const auto& [table, lock_name] : listen_again)
+    (void)SharedAccess::listen(*io_backend_, LockRef{table, lock_name});  // failed: the connection went again, and is met then
+}
+
+}  // namespace pgmutex::postgres_detail

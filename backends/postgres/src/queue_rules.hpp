@@ -1,0 +1,42 @@
+// What every Postgres waiter in a lock's queue reads and times alike, whether
+// it blocks on its own connection (queue_waits.cpp) or waits on a
+// pgmutex::Session's (queue_book.cpp): the release's NOTIFY payload, and the
+// looks of a waiter that cannot LISTEN and of the runner-up. Private to the backend.
+#pragma once
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace pgmutex::postgres_detail {
+
+// A waiter that cannot LISTEN looks this often, doubling from the first.
+inline constexpr std::chrono::nanoseconds first_look = std::chrono::milliseconds(25);
+inline constexpr std::chrono::nanoseconds longest_look = std::chrono::seconds(1);
+// How long a pooled waiter's place lives without a look: three longest looks and more.
+inline constexpr std::chrono::nanoseconds pooled_lease = std::chrono::seconds(5);
+// The runner-up looks this long after the head's handoff deadline.
+inline constexpr std::chrono::nanoseconds probe_slack = std::chrono::milliseconds(50);
+
+// 'o:<fence>:<head>:<runner-up>', a release's offer, read into its two tickets.
+struct Offer {
+  std::int64_t head = 0;
+  std::int64_t runner_up = 0;
+};
+inline std::optional<Offer> offer_of(std::string_view payload) {
+  if (!payload.starts_with("o:")) return std::nullopt;
+  std::int64_t numbers[3] = {0, 0, 0};
+  std::size_t at = 2;
+  for (auto& n : numbers) {
+    const auto end = payload.find(':', at);
+    const std::string_view part = payload.substr(at, end == std::string_view::npos ? payload.size() - at : end - at);
+    if (std::from_chars(part.data(), part.data() + part.size(), n).ec != std::errc{}) return std::nullopt;
+    if (end == std::string_view::npos) break;
+    at = end + 1;
+  }
+  return Offer{numbers[1], numbers[2]};
+}
+
+}  // namespace pgmutex::postgres_detail
