@@ -364,6 +364,20 @@ concept BackendWaitsInQueue =
       { b.wait_in_queue(w, ticket, timeout, stop) } noexcept -> std::same_as<Result<QueueWake>>;
     };
 
+// A queue that wakes a waiter by a callback instead of a blocked thread (an
+// async acquire: Postgres, a pgmutex::Session's I/O thread). `woken` runs
+// once, on the backend's thread (or inside the call, if the place already
+// has its reason), with turn or look, as wait_in_queue would return; it
+// must only queue work. cancel_queue_wait: true if it had not run and now
+// never will. A backend that stops drops what it has not run.
+template <class B>
+concept BackendQueuesAsynchronously =
+    BackendQueuesWaiters<B> && requires(B& b, const WatchRequest& w, std::int64_t ticket,
+                                        std::function<void(QueueWake)> woken) {
+      { b.wait_in_queue_async(w, ticket, std::move(woken)) } noexcept -> std::same_as<Result<void>>;
+      { b.cancel_queue_wait(w.lock, ticket) } noexcept -> std::same_as<bool>;
+    };
+
 // A queue that says without blocking whether a waiter should wake, reading
 // only what the backend already has (no statement): the mutex then sleeps
 // on its executor between looks, poll_interval at most (the in-memory

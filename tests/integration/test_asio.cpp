@@ -7,9 +7,11 @@
 // checked; the only timings (the spin test's) have a margin of a second.
 #include "pgmutex/asio.hpp"  // first: the header is self-contained
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -329,6 +331,103 @@ TEST_CASE("AsioMutex on a Session: a cancelled watching waiter leaves no row; a 
   CHECK(held.lost());
   std::this_thread::sleep_for(200ms);  // the cancelled waiter, were it still watching, would take it now
   CHECK_FALSE(w.row());
+}
+
+TEST_CASE("AsioMutex on two Sessions waits in line: arrival order, no statement while in line; a cancelled "
+          "and a timed-out waiter leave no place",
+          "[asio][session][queue]") {
+  SessionWorld w;
+  // A holder on a connection of its own, without heartbeats: the sessions'
+  // statements are then the waiters' alone.
+  PostgresBackend admin("");
+  pgmutex::AcquireRequest hold{LockRef{w.table, "x"}, "holder", 60s};
+  hold.token = 7;
+  auto held = admin.try_acquire(hold);
+  REQUIRE((held && held->acquired));
+  const auto queued = [&] {
+    auto rows = admin.list_queue(w.table);
+    REQUIRE(rows);
+    return rows->size();
+  };
+  const auto in_line = [&](const std::string& instance) {
+    auto rows = admin.list_queue(w.table);
+    REQUIRE(rows);
+    return std::any_of(rows->begin(), rows->end(), [&](const auto& r) { return r.instance_id == instance; });
+  };
+  const auto poll_until = [](const auto& ready) {
+    for (int i = 0; i < 2000; ++i) {
+      if (ready()) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  // Thresholds long enough that no waiter looks at the holder meanwhile.
+  const auto line_options = [&](int i) {
+    auto o = SessionWorld::slow(w.table, "q" + std::to_string(i));
+    o.alert_threshold = 20s;
+    o.stale_threshold = 30s;
+    return o;
+  };
+  constexpr int n = 10;
+  std::vector<std::unique_ptr<pgmutex::AsioMutex>> waiters;
+  std::mutex m;
+  std::vector<std::pair<int, pgmutex::Fence>> turns;
+  std::vector<error_code> ends(n);
+  std::atomic<int> finished{0};
+  asio::cancellation_signal cancel_three;
+  for (int i = 0; i < n; ++i) {
+    auto& session = i % 2 == 0 ? w.one : w.two;
+    waiters.emplace_back(
+        new pgmutex::AsioMutex{session->backend(), line_options(i), {}, {}, AsioExecutor(w.io.get_executor())});
+    auto done = [&, i](error_code ec, pgmutex::AsioMutex::guard_type g) {
+      ends[static_cast<std::size_t>(i)] = ec;
+      if (!ec && g) {
+        {
+          std::lock_guard lock(m);
+          turns.emplace_back(i, g.fence());
+        }
+        g.async_release([&](error_code) { ++finished; });
+      } else {
+        ++finished;
+      }
+    };
+    const std::optional<std::chrono::nanoseconds> timeout =
+        i == 6 ? std::optional<std::chrono::nanoseconds>(1s) : std::optional<std::chrono::nanoseconds>(60s);
+    if (i == 3) waiters.back()->async_acquire(timeout, asio::bind_cancellation_slot(cancel_three.slot(), done));
+    else waiters.back()->async_acquire(timeout, done);
+    REQUIRE(poll_until([&] { return in_line("q" + std::to_string(i)); }));
+  }
+  const auto statements = [&] {
+    std::uint64_t sum = 0;
+    for (const auto& s : {w.one, w.two}) sum += s->stats().statements - s->stats().heartbeat_statements;
+    return sum;
+  };
+  REQUIRE(poll_until([&] { return finished.load() == 1; }));  // waiter 6 timed out
+  CHECK(queued() == n - 1);
+  const auto idle_from = statements();
+  std::this_thread::sleep_for(1s);
+  CHECK(statements() - idle_from == 0);  // nobody in line makes a statement
+
+  asio::post(w.io, [&] { cancel_three.emit(asio::cancellation_type::terminal); });
+  REQUIRE(poll_until([&] { return finished.load() == 2; }));
+  CHECK(queued() == n - 2);
+  CHECK(ends[3] == asio::error::operation_aborted);
+
+  REQUIRE(admin.release(pgmutex::HolderKey{LockRef{w.table, "x"}, "holder", held->fence, 7}));
+  REQUIRE(poll_until([&] { return finished.load() == n; }));
+  CHECK(queued() == 0);
+  CHECK_FALSE(w.row());
+  std::lock_guard lock(m);
+  REQUIRE(turns.size() == n - 2);
+  int expected = 0;
+  pgmutex::Fence last = held->fence;
+  for (const auto& [i, fence] : turns) {
+    while (expected == 3 || expected == 6) ++expected;
+    CHECK(i == expected);
+    CHECK(fence > last);
+    last = fence;
+    ++expected;
+  }
 }
 
 // Issue 16, item 2: a CPU-bound handler on the single thread of the user's

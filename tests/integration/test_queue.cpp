@@ -314,8 +314,8 @@ struct SessionLine {
   std::stop_source stop;
   std::vector<std::thread> threads;
 
-  SessionLine(std::string t, int session_count) : table(std::move(t)) {
-    for (int i = 0; i < session_count; ++i) sessions.push_back(Session::create("application_name=" + tag(i)));
+  SessionLine(std::string t, int session_count, SessionOptions so = {}) : table(std::move(t)) {
+    for (int i = 0; i < session_count; ++i) sessions.push_back(Session::create("application_name=" + tag(i), so));
   }
   // Session i's connections, as pg_stat_activity names them.
   std::string tag(int i) const { return "ql_" + std::to_string(::getpid()) + "_" + std::to_string(i); }
@@ -421,5 +421,29 @@ TEST_CASE("a Session whose connection is terminated: its waiter keeps its place 
   REQUIRE(line.turns.size() == 2);
   CHECK(line.turns[0].first == 0);
   CHECK(line.turns[1].first == 1);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("SessionMutex waiters on Sessions that cannot LISTEN (unnamed statements, as behind a transaction pooler) "
+          "look with backoff, keep their places alive, and are granted in arrival order",
+          "[queue][session][unnamed]") {
+  const std::string table = fresh_table("queue_session_unnamed");
+  Holder holder(table);
+  SessionOptions so;
+  so.postgres.statement_mode = StatementMode::unnamed;
+  SessionLine line(table, 2, so);
+  constexpr int n = 4;
+  line.mutexes.reserve(n);
+  for (int i = 0; i < n; ++i) line.add(20ms);
+  // Each place lives by its lease (5 s), which the waiter's looks (25 ms,
+  // doubling to 1 s) renew: after 7 s every place is still there, alive.
+  std::this_thread::sleep_for(7s);
+  CHECK(scalar("SELECT count(*) FROM " + table + "_queue WHERE waiter_pid IS NULL AND last_seen > now() - interval '2 s'") ==
+        n);
+  holder.release();
+  REQUIRE(eventually([&] { return line.finished.load() == n; }));
+  std::lock_guard lock(line.m);
+  REQUIRE(line.turns.size() == n);
+  for (int i = 0; i < n; ++i) CHECK(line.turns[static_cast<std::size_t>(i)].first == i);
   CHECK(queued(table) == 0);
 }

@@ -6,7 +6,9 @@
 // when to look at a late head, and tells every place of a connection that
 // went to look (its place died with that connection's server backend).
 // Their liveness is the session's connection: one server backend vouches
-// for every waiter of the session, and its end ends them all at once.
+// for every waiter of the session, and its end ends them all at once. An
+// async waiter (AsioMutex) is woken the same way by a callback, its
+// timers kept by the I/O thread.
 #include <algorithm>
 
 #include "queue_rules.hpp"
@@ -115,14 +117,96 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
   }
 }
 
+Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_t ticket,
+                                              std::function<void(QueueWake)> woken) {
+  if (!woken) return fail(Errc::invalid_argument, "an async wait in the queue needs a callback");
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<QueueWake> at_once;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_)
+      return fail(Errc::backend_unavailable, "wait in the queue of lock '" + std::string(w.lock.lock_name) +
+                                                 "': the session stopped");
+    auto [found, unknown] = places_.try_emplace(std::pair<std::string, std::int64_t>(std::string(w.lock.table), ticket));
+    Place& place = found->second;
+    if (unknown) {  // as in wait_in_queue: looks with backoff, as a head would
+      place.lock_name = std::string(w.lock.lock_name);
+      place.near = true;
+      place.poll_delay = first_look;
+    }
+    place.holder_changed = false;
+    place.stale_at.reset();
+    place.look_at.reset();
+    if (place.near && w.holder_stale_in) place.stale_at = now + *w.holder_stale_in;
+    if (place.channel.empty()) {
+      place.look_at = now + place.poll_delay;
+      place.poll_delay = std::min(place.poll_delay * 2, longest_look);
+    }
+    if (place.woke) {
+      at_once = *place.woke;
+      place.woke.reset();
+    } else {
+      place.async_woken = std::move(woken);
+    }
+  }
+  if (at_once) woken(*at_once);
+  else wake();  // the I/O thread's next timer may be this place's
+  return {};
+}
+
+bool SessionCore::cancel_queue_wait(std::string_view table, std::int64_t ticket) noexcept {
+  std::function<void(QueueWake)> dropped;  // destroyed outside the lock: it may own the waiter's operation
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return true;  // stop() dropped it: it never runs
+    auto found = places_.find(std::pair<std::string, std::int64_t>(std::string(table), ticket));
+    if (found == places_.end() || !found->second.async_woken) return false;
+    dropped = std::move(found->second.async_woken);
+    found->second.async_woken = nullptr;
+  }
+  return true;
+}
+
+std::optional<Deadline> SessionCore::async_due(const Place& place) {
+  if (!place.async_woken) return std::nullopt;
+  std::optional<Deadline> due = place.probe_at;
+  const auto sooner = [&](const std::optional<Deadline>& t) {
+    if (t && (!due || *t < *due)) due = t;
+  };
+  if (!place.holder_changed) sooner(place.stale_at);
+  sooner(place.look_at);
+  return due;
+}
+
+void SessionCore::wake_due_places(Deadline now) {
+  std::vector<std::function<void(QueueWake)>> calls;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [key, place] : places_) {
+      const auto due = async_due(place);
+      if (!due || *due > now) continue;
+      if (place.probe_at && *place.probe_at <= now) place.probe_at.reset();
+      calls.push_back(std::move(place.async_woken));
+      place.async_woken = nullptr;
+    }
+  }
+  for (auto& call : calls) call(QueueWake::look);  // no lock held: the waiter may call back in
+}
+
 void SessionCore::dispatch_to_places(const std::vector<Notification>& notes) {
   const std::uint64_t now_epoch = epoch();
   std::vector<std::pair<std::string, std::string>> listen_again;  // table, lock
+  std::vector<std::pair<std::function<void(QueueWake)>, QueueWake>> calls;  // async waiters woken
   {
     std::lock_guard lock(mutex_);
     if (places_.empty()) return;
     const auto now = std::chrono::steady_clock::now();
-    const auto tell = [](Place& place, QueueWake why) {
+    const auto tell = [&calls](Place& place, QueueWake why) {
+      if (place.async_woken) {
+        calls.emplace_back(std::move(place.async_woken), why);
+        place.async_woken = nullptr;
+        return;
+      }
       if (place.woke != QueueWake::turn) place.woke = why;  // a turn is never taken back by a look
       if (place.waiting) place.waiting->notify_all();
     };
@@ -166,6 +250,7 @@ void SessionCore::dispatch_to_places(const std::vector<Notification>& notes) {
       tell(place, QueueWake::look);
     }
   }
+  for (auto& [call, why] : calls) call(why);  // no lock held: the waiter may call back in
   for (const auto& [table, lock_name] : listen_again)
     (void)SharedAccess::listen(*io_backend_, LockRef{table, lock_name});  // failed: the connection went again, and is met then
 }

@@ -237,6 +237,25 @@ Result<QueueWake> SessionBackend::wait_in_queue(const WatchRequest& w, std::int6
   }
 }
 
+Result<void> SessionBackend::wait_in_queue_async(const WatchRequest& w, std::int64_t ticket,
+                                                 std::function<void(QueueWake)> woken) noexcept {
+  if (!impl_) return moved_from();
+  if (auto valid = validate_table_name(w.lock.table); !valid) return tl::unexpected(std::move(valid.error()));
+  try {
+    return impl_->core().wait_in_queue_async(w, ticket, std::move(woken));
+  } catch (...) {
+    return fail(Errc::backend_unavailable, "wait in the queue of lock '" + std::string(w.lock.lock_name) + "': out of memory");
+  }
+}
+
+bool SessionBackend::cancel_queue_wait(LockRef lock, std::int64_t ticket) noexcept {
+  try {
+    return impl_ && impl_->core().cancel_queue_wait(lock.table, ticket);
+  } catch (...) {
+    return false;  // out of memory making the key: it runs, and its try finds the operation done
+  }
+}
+
 SessionBackend SessionBackend::share() const { return SessionBackend(owner()); }
 
 const std::shared_ptr<Session>& SessionBackend::owner() const noexcept {
@@ -262,5 +281,6 @@ static_assert(BackendReportsHistory<SessionBackend>);
 static_assert(BackendReportsCommitMode<SessionBackend>);
 static_assert(BackendRunsJobs<SessionBackend>);
 static_assert(BackendWaitsInQueue<SessionBackend>);
+static_assert(BackendQueuesAsynchronously<SessionBackend>);
 
 }  // namespace pgmutex

@@ -78,14 +78,18 @@ void SessionCore::stop() noexcept {
     if (on_io_thread()) thread_.detach();  // the thread ends after the callback that stopped it
     else thread_.join();
   }
-  // Pending beats and watches are dropped: their callbacks may own mutexes of
-  // this session, so they are destroyed outside the lock.
+  // Pending beats, watches and async queue waits are dropped: their
+  // callbacks may own mutexes of this session, so they are destroyed
+  // outside the lock.
   std::vector<Beat> beats;
   std::map<WatchId, Watch> watches;
+  std::vector<std::function<void(QueueWake)>> queue_waits;
   {
     std::lock_guard lock(mutex_);
     beats.swap(beats_);
     watches.swap(watches_);
+    for (auto& [key, place] : places_)
+      if (place.async_woken) queue_waits.push_back(std::exchange(place.async_woken, nullptr));
     tick_end_.reset();
   }
 }
@@ -166,6 +170,8 @@ Deadline SessionCore::next_timer(Deadline now) {
     for (const auto& [id, w] : watches_)
       if (w.check_at) next = std::min(next, *w.check_at);
   }
+  for (const auto& [key, place] : places_)
+    if (const auto due = async_due(place)) next = std::min(next, *due);
   if (!jobs_.empty()) next = now;
   return next;
 }
@@ -204,13 +210,18 @@ void SessionCore::run() noexcept {
 
     // Timers, checked after each job so a long queue never holds back a tick.
     const Deadline now = std::chrono::steady_clock::now();
-    bool beats_due = false, checks_due = false, recheck_due = false;
+    bool beats_due = false, checks_due = false, recheck_due = false, places_due = false;
     {
       std::lock_guard lock(mutex_);
       beats_due = tick_end_ && *tick_end_ <= now;
       recheck_due = !watches_.empty() && next_recheck_ <= now;
       for (const auto& [id, w] : watches_) checks_due = checks_due || (w.check_at && *w.check_at <= now);
+      for (const auto& [key, place] : places_) {
+        const auto due = async_due(place);
+        places_due = places_due || (due && *due <= now);
+      }
     }
+    if (places_due) wake_due_places(now);
     if (beats_due) {
       send_beats();
       after_io();
@@ -219,7 +230,7 @@ void SessionCore::run() noexcept {
       check_watches(recheck_due);
       after_io();
     }
-    if (ran || beats_due || checks_due || recheck_due) continue;
+    if (ran || beats_due || checks_due || recheck_due || places_due) continue;
 
     // Idle: the connection's socket (NOTIFYs, or its loss), new work, the next timer.
     const Deadline next = next_timer(std::chrono::steady_clock::now());

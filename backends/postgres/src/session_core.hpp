@@ -97,6 +97,14 @@ class SessionCore : public SharedConnection {
   // cannot LISTEN (a transaction pooler's) looks with backoff instead.
   Result<QueueWake> wait_in_queue(const WatchRequest& w, std::int64_t ticket, std::chrono::nanoseconds timeout,
                                   std::stop_token stop);
+  // As wait_in_queue, for an async waiter: `woken` runs once with turn or
+  // look, on the I/O thread (or at once, if the place has its reason
+  // already); the runner-up's and the holder's deadlines are the I/O
+  // thread's timers. No timeout: the waiter keeps its own.
+  Result<void> wait_in_queue_async(const WatchRequest& w, std::int64_t ticket, std::function<void(QueueWake)> woken);
+  // True if the async wait had not been woken, or the session stopped (its
+  // callback never runs).
+  bool cancel_queue_wait(std::string_view table, std::int64_t ticket) noexcept;
   // The place is left, lost or granted: its entry goes.
   void forget_place(std::string_view table, std::int64_t ticket) noexcept;
 
@@ -141,7 +149,15 @@ class SessionCore : public SharedConnection {
     std::optional<Deadline> probe_at;  // the runner-up's look at a late head
     std::chrono::nanoseconds poll_delay{0};    // without LISTEN: the next look
     std::condition_variable* waiting = nullptr;  // the blocked waiter's, while it waits
+    // An async waiter's, while it waits: its callback, and when the holder
+    // goes stale as its last try saw it, or (without LISTEN) its next look.
+    std::function<void(QueueWake)> async_woken;
+    std::optional<Deadline> stale_at, look_at;
   };
+  // When an async waiter's timer is due (its probe, its stale deadline, its look), if it has one.
+  static std::optional<Deadline> async_due(const Place& place);
+  // Wakes, with look, the async waiters whose timer is due (the I/O thread).
+  void wake_due_places(Deadline now);
   // Hands each place the offers and bare releases on its channel, and a
   // look to a place whose connection went (LISTENing again on the new one).
   void dispatch_to_places(const std::vector<Notification>& notes);

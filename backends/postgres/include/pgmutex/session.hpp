@@ -128,6 +128,10 @@ class SessionBackend {
   Result<void> dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept;
   Result<QueueWake> wait_in_queue(const WatchRequest& w, std::int64_t ticket, std::chrono::nanoseconds timeout,
                                   std::stop_token stop) noexcept;
+  // The same for an async acquire (BackendQueuesAsynchronously): `woken` runs on the session's thread.
+  Result<void> wait_in_queue_async(const WatchRequest& w, std::int64_t ticket,
+                                   std::function<void(QueueWake)> woken) noexcept;
+  bool cancel_queue_wait(LockRef lock, std::int64_t ticket) noexcept;
   // On the session's I/O thread (BackendRunsJobs): the async forms run an
   // operation there, its statements then sent at once.
   bool run_job(std::function<void()> job) noexcept;
