@@ -41,6 +41,19 @@ Result<QueuePlace> SessionCore::enqueue(const AcquireRequest& request, std::chro
   return std::move(*taken);
 }
 
+SessionCore::Place& SessionCore::place_of(const WatchRequest& w, std::int64_t ticket) {
+  auto [found, unknown] = places_.try_emplace(std::pair<std::string, std::int64_t>(std::string(w.lock.table), ticket));
+  Place& place = found->second;
+  if (unknown) {
+    // Not taken by this session's enqueue (or forgotten): nothing will be
+    // handed to it, so it looks with backoff, as a head would.
+    place.lock_name = std::string(w.lock.lock_name);
+    place.near = true;
+    place.poll_delay = first_look;
+  }
+  return place;
+}
+
 void SessionCore::forget_place(std::string_view table, std::int64_t ticket) noexcept {
   std::lock_guard lock(mutex_);
   places_.erase(std::pair<std::string, std::int64_t>(std::string(table), ticket));
@@ -59,15 +72,7 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
     cv.notify_all();
   });
   std::unique_lock lock(mutex_);
-  auto [found, unknown] = places_.try_emplace(std::pair<std::string, std::int64_t>(std::string(w.lock.table), ticket));
-  Place& place = found->second;
-  if (unknown) {
-    // Not taken by this session's enqueue (or forgotten): nothing will be
-    // handed to it, so it looks with backoff, as a head would.
-    place.lock_name = std::string(w.lock.lock_name);
-    place.near = true;
-    place.poll_delay = first_look;
-  }
+  Place& place = place_of(w, ticket);
   place.waiting = &cv;
   place.holder_changed = false;  // the holder this wait's request describes is the current one
   struct Unregister {
@@ -127,13 +132,7 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
     if (stopping_)
       return fail(Errc::backend_unavailable, "wait in the queue of lock '" + std::string(w.lock.lock_name) +
                                                  "': the session stopped");
-    auto [found, unknown] = places_.try_emplace(std::pair<std::string, std::int64_t>(std::string(w.lock.table), ticket));
-    Place& place = found->second;
-    if (unknown) {  // as in wait_in_queue: looks with backoff, as a head would
-      place.lock_name = std::string(w.lock.lock_name);
-      place.near = true;
-      place.poll_delay = first_look;
-    }
+    Place& place = place_of(w, ticket);
     place.holder_changed = false;
     place.stale_at.reset();
     place.look_at.reset();

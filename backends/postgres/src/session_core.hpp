@@ -154,6 +154,9 @@ class SessionCore : public SharedConnection {
     std::function<void(QueueWake)> async_woken;
     std::optional<Deadline> stale_at, look_at;
   };
+  // The place of `ticket` in w's lock's queue; one this session did not
+  // take (or forgot) is made, to look with backoff. mutex_ held.
+  Place& place_of(const WatchRequest& w, std::int64_t ticket);
   // When an async waiter's timer is due (its probe, its stale deadline, its look), if it has one.
   static std::optional<Deadline> async_due(const Place& place);
   // Wakes, with look, the async waiters whose timer is due (the I/O thread).

@@ -105,6 +105,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     auto* state = Access::state_of(mutex_);  // stable: only finish() moves mutex_, never during a try
     bool place_lost = false;
     std::optional<WatchRequest> line_watch;  // a queued waiter's, from the try's answer
+    std::optional<Error> refused_place;      // an enqueue that failed for good (a privilege, the schema)
     Result<Guard> got = [&] {
       if constexpr (queues) {
         if (queued_) return state->try_acquire_queued(*queued_, place_lost);
@@ -114,8 +115,12 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     if constexpr (queues) {
       if (got && !*got && !place_lost && !in_grace(*got)) {
         if (!queued_) {
-          auto place = state->io.enqueue();  // failed: a plain try again after a poll interval
+          // Failed for a while (the connection): a plain try again after a
+          // poll interval. For good: the op's error, as the blocking wait's.
+          auto place = state->io.enqueue();
           if (place) queued_ = std::move(*place);
+          else if (place.error() != Errc::backend_unavailable && place.error() != Errc::outcome_unknown)
+            refused_place = std::move(place.error());
         }
         if (queued_) line_watch = detail::QueueWait::line_watch_of(*state, *got);
       }
@@ -146,7 +151,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     } else {
       last_error_ = got.error();
     }
-    if (timed_out_) return leave_then_finish(lock);
+    if (refused_place) last_error_ = std::move(*refused_place);
+    if (timed_out_ || refused_place) return leave_then_finish(lock);
     if constexpr (queues) {
       if (queued_) return wait_in_line(lock, line_watch);
       if (place_lost) {  // taken again at once: a plain try, then a place at the back
@@ -307,7 +313,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
   std::optional<std::chrono::nanoseconds> timeout_;
   std::optional<WatchId> watch_;
   std::optional<HolderInfo> holder_;  // who held it at the last try
-  std::optional<Error> last_error_;   // the last try's transient error, if it failed
+  std::optional<Error> last_error_;   // the last try's error if it failed, or a refused enqueue's
   std::optional<detail::QueuedWaiter> queued_;  // our place in the lock's queue, while we have one
   bool queue_waiting_ = false;  // a wait_in_queue_async is registered for it
   bool leaving_ = false;        // the dequeue that ends the op is in flight
