@@ -1,6 +1,6 @@
 // tests/tools/fault_proxy.py from a test: started between the backend and the
 // server, switched between pass, delay, reset, freeze and drop-after-listen,
-// stopped at the end.
+// stopped at the end; it counts the connections it accepted.
 #pragma once
 
 #include <netinet/in.h>
@@ -69,6 +69,9 @@ class FaultProxy {
 
   // The mode in force: "pass" once a drop-after-listen has fired.
   [[nodiscard]] std::string mode() { return ask("mode").substr(3); }
+
+  // How many client connections it has accepted: a connect attempt each.
+  [[nodiscard]] int accepted() { return std::stoi(ask("accepted").substr(3)); }
 
  private:
   // Sends one control line; returns the reply ("ok ...").

@@ -225,6 +225,56 @@ TEST_CASE("the fault proxy itself: reset breaks the connection, delay only slows
   CHECK(b.inspect(LockRef{table, "job"}));
 }
 
+TEST_CASE("a connect the operation's deadline cuts short goes on: the next operation takes it up, no new server process",
+          "[timeouts][proxy][connect]") {
+  // Under load (every client reconnecting after a storm of
+  // pg_terminate_backend), a server may take longer to start a backend than
+  // an operation may wait. Closing the half-made connection and starting
+  // another each time throws the server's work away, and enough such
+  // clients keep everyone from connecting: the load test once stalled so.
+  const std::string table = fresh_table("slowconnect");
+  PostgresBackend direct("");
+  REQUIRE(direct.create_schema(table));
+  FaultProxy proxy;
+  PostgresOptions po;
+  po.reconnect_attempts = 1;
+  po.default_timeout = 200ms;  // less than one delayed chunk
+  po.connect_timeout = 30s;
+  PostgresBackend b(proxy.dsn(), po);
+  proxy.set("delay 300");
+  for (int i = 0; i < 2; ++i) {
+    auto read = b.inspect(LockRef{table, "job"});
+    REQUIRE_FALSE(read);
+    INFO(read.error().message());
+    CHECK(read.error() == Errc::backend_unavailable);
+    CHECK_THAT(read.error().message(), Catch::Contains("the connect goes on"));
+  }
+  proxy.set("pass");  // what is in flight still arrives
+  std::optional<pgmutex::Error> last;
+  bool read_it = false;
+  for (int i = 0; i < 50 && !read_it; ++i) {
+    auto read = b.inspect(LockRef{table, "job"});
+    read_it = read.has_value();
+    if (!read_it) last = read.error();
+  }
+  INFO((last ? last->message() : std::string("no failure after the thaw")));
+  CHECK(read_it);
+  CHECK(proxy.accepted() == 1);  // every operation used the one connect
+
+  SECTION("a connect past its own budget (connect_timeout) is given up, and the next one starts afresh") {
+    PostgresOptions short_budget = po;
+    short_budget.connect_timeout = 500ms;
+    PostgresBackend c(proxy.dsn(), short_budget);
+    proxy.set("freeze");
+    for (int i = 0; i < 4; ++i) CHECK_FALSE(c.inspect(LockRef{table, "job"}));  // 800 ms: one budget ran out
+    proxy.set("pass");
+    bool read_c = false;
+    for (int i = 0; i < 50 && !read_c; ++i) read_c = c.inspect(LockRef{table, "job"}).has_value();
+    CHECK(read_c);
+    CHECK(proxy.accepted() >= 3);  // b's, c's first (given up) and c's second
+  }
+}
+
 namespace {
 
 // Two hosts: the frozen proxy first, the real server (over TCP) second.

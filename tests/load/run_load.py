@@ -105,10 +105,22 @@ def main():
     failed_workers = []
     next_kill = began + rng.expovariate(1 / a.kill_every)
     next_storm = began + rng.expovariate(1 / a.storm_every)
+    next_report = began + 60
+
+    def progress():
+        # How far it got, and how many connections the workers have: a run
+        # that stalls shows where (CI once saw only "not done after 900 s").
+        done, connections = psql("SELECT (SELECT count(*) FROM load_holds WHERE end_ns IS NOT NULL), "
+                                 "(SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgmutex_load')").split()
+        return f"{done} of {a.workers * a.locks * a.holds} holds completed, {connections} worker connections"
+
     while procs:
         now = time.monotonic()
+        if now >= next_report:
+            print(f"run_load: {now - began:.0f} s: {progress()}", flush=True)
+            next_report += 60
         if now - began > a.time_limit:
-            print(f"run_load: FAIL: not done after {a.time_limit:.0f} s", flush=True)
+            print(f"run_load: FAIL: not done after {a.time_limit:.0f} s: {progress()}", flush=True)
             for p in procs.values():
                 p.kill()
             return 1

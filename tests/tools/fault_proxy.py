@@ -24,6 +24,9 @@ it is in force (for every connection, old and new):
                 anything more, unforwarded; then back to pass (one connection only)
     mode        change nothing; the reply names the mode in force ("ok pass"
                 once a drop-after-listen has dropped its connection)
+    accepted    change nothing; the reply is "ok N": how many client
+                connections it has accepted so far (each one a server
+                process started, unless the mode was reset)
 
     e.g.  python3 -c 'import socket; s=socket.create_connection(("127.0.0.1", CPORT)); \\
           s.sendall(b"freeze\\n"); print(s.recv(64))'
@@ -157,9 +160,10 @@ class Pair:
                 return
 
 
-def serve_proxy(listener, upstream, mode, pairs, pairs_lock):
+def serve_proxy(listener, upstream, mode, pairs, pairs_lock, accepted):
     while True:
         client, _ = listener.accept()
+        accepted[0] += 1
         if mode.get()[0] == "reset":
             reset_close(client)
             continue
@@ -174,7 +178,7 @@ def serve_proxy(listener, upstream, mode, pairs, pairs_lock):
         pair.start()
 
 
-def serve_control(listener, mode):
+def serve_control(listener, mode, accepted):
     while True:
         conn, _ = listener.accept()
         with conn:
@@ -186,8 +190,11 @@ def serve_control(listener, mode):
             if line and line[0] == "mode":
                 conn.sendall(("ok " + mode.get()[0] + "\n").encode())
                 continue
+            if line and line[0] == "accepted":
+                conn.sendall(("ok " + str(accepted[0]) + "\n").encode())
+                continue
             if not line or line[0] not in ("pass", "delay", "reset", "freeze", "drop-after-listen"):
-                conn.sendall(b"error: expected pass | delay MS | reset | freeze | drop-after-listen | mode\n")
+                conn.sendall(b"error: expected pass | delay MS | reset | freeze | drop-after-listen | mode | accepted\n")
                 continue
             delay_ms = int(line[1]) if line[0] == "delay" and len(line) > 1 else 0
             mode.set(line[0], delay_ms)
@@ -214,8 +221,10 @@ def main():
 
     mode = Mode()
     pairs, pairs_lock = [], threading.Lock()
-    threading.Thread(target=serve_proxy, args=(listener, upstream, mode, pairs, pairs_lock), daemon=True).start()
-    threading.Thread(target=serve_control, args=(control, mode), daemon=True).start()
+    accepted = [0]  # one writer (serve_proxy); the control thread reads it
+    threading.Thread(target=serve_proxy, args=(listener, upstream, mode, pairs, pairs_lock, accepted),
+                     daemon=True).start()
+    threading.Thread(target=serve_control, args=(control, mode, accepted), daemon=True).start()
     print("listening 127.0.0.1:%d control 127.0.0.1:%d" % (listener.getsockname()[1], control.getsockname()[1]),
           flush=True)
     time.sleep(args.max_lifetime)

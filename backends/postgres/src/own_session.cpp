@@ -108,7 +108,17 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
         per_host > std::chrono::nanoseconds::zero()
             ? std::min(deadline, std::chrono::steady_clock::now() + per_host * static_cast<long>(hosts.size()))
             : deadline;
-    auto opened = open_first(hosts, per_host, deadline);
+    auto opened = unidentified_ ? Outcome<PqConnection>(*std::exchange(unidentified_, std::nullopt))
+                                : open_server(hosts, per_host, deadline);
+    if (opened && std::chrono::steady_clock::now() >= deadline) {
+      // Connected just too late for this operation: keep the connection
+      // for the next one rather than close a server process that has just
+      // started. (It is identified then: a query past the deadline would
+      // leave it mid-statement.)
+      unidentified_.emplace(std::move(*opened));
+      last = "connected as the operation's deadline passed; the next operation uses the connection";
+      break;
+    }
     if (opened) {
       // Which server this is: a failover to a standby (a new timeline) or
       // another cluster shows as a new history.
@@ -141,6 +151,29 @@ Result<void> OwnSession::ensure_connected(Deadline deadline) {
   return fail(Errc::backend_unavailable, "cannot connect to '" + redacted_ + "': " + scrub(last, secrets_) +
                                              " (after " + std::to_string(made) +
                                              (made == 1 ? " attempt)" : " attempts)"));
+}
+
+Outcome<PqConnection> OwnSession::open_server(const std::vector<HostAttempt>& hosts,
+                                              std::chrono::nanoseconds per_host, Deadline deadline) {
+  // Several hosts: each attempt within its share of the operation's
+  // deadline, so a host that never answers cannot starve the next one.
+  if (hosts.size() != 1 || per_host <= std::chrono::nanoseconds::zero()) return open_first(hosts, per_host, deadline);
+  const auto now = std::chrono::steady_clock::now();
+  if (connecting_ && now >= connecting_until_) connecting_.reset();  // its own budget ran out: start afresh
+  if (!connecting_) {
+    auto started = PqConnecting::start(hosts.front().conninfo);
+    if (!started) return tl::unexpected(std::move(started.error()));
+    connecting_.emplace(std::move(*started));
+    connecting_until_ = now + per_host;
+  }
+  auto opened = connecting_->poll_until(std::min(deadline, connecting_until_));
+  if (!opened && connecting_->pending() && std::chrono::steady_clock::now() < connecting_until_)
+    return tl::unexpected(StatementFailure{StatementFailure::Kind::timeout, {},
+                                           "timed out while connecting (the connect goes on: the next operation "
+                                           "takes it up, within connect_timeout)",
+                                           false});
+  connecting_.reset();
+  return opened;
 }
 
 Outcome<void> OwnSession::use_statement_timeout(const Bound& bound) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pgmutex/postgres_backend.hpp"
+#include "host_attempts.hpp"
 #include "server_history.hpp"
 #include "session.hpp"
 
@@ -75,6 +76,11 @@ class OwnSession final : public Session {
   // pooler reported another in the connection's start-up. Our own NOTIFYs
   // come from it.
   Outcome<void> probe_pooler(Deadline deadline);
+  // Opens a connection to the server. With one host, a connect cut short by
+  // the operation's deadline goes on: the next call resumes it, within its
+  // own budget (connect_timeout). With several, open_first.
+  Outcome<PqConnection> open_server(const std::vector<HostAttempt>& hosts, std::chrono::nanoseconds per_host,
+                                    Deadline deadline);
   // statement_timeout must be in force before a statement starts, so it is a
   // session setting, sent only when an operation asks for another value.
   Outcome<void> use_statement_timeout(const Bound& bound);
@@ -85,6 +91,12 @@ class OwnSession final : public Session {
   std::vector<std::string> secrets_;
   PostgresOptions options_;
   std::optional<PqConnection> connection_;
+  // A connect in progress that an operation's deadline cut short, and when
+  // its own budget ends; a connection made as the deadline passed, not yet
+  // identified.
+  std::optional<PqConnecting> connecting_;
+  Deadline connecting_until_{};
+  std::optional<PqConnection> unidentified_;
   std::uint64_t connects_ = 0;
   ServerHistory history_;
   std::unordered_set<std::string> prepared_;

@@ -74,33 +74,69 @@ bool PqConnection::usable() const noexcept {
   return connection_ != nullptr && PQstatus(connection_) == CONNECTION_OK;
 }
 
-Outcome<PqConnection> PqConnection::open(const std::string& conninfo, Deadline deadline) {
-  PGconn* c = PQconnectStart(conninfo.c_str());
-  if (c == nullptr) return tl::unexpected(StatementFailure{StatementFailure::Kind::client, {}, "out of memory", false});
-  const auto fail = [&](StatementFailure f) -> Outcome<PqConnection> {
+Outcome<PqConnecting> PqConnecting::start(const std::string& conninfo) {
+  PqConnecting connecting(PQconnectStart(conninfo.c_str()));
+  if (connecting.connecting_ == nullptr)
+    return tl::unexpected(StatementFailure{StatementFailure::Kind::client, {}, "out of memory", false});
+  PQsetErrorVerbosity(connecting.connecting_, PQERRORS_VERBOSE);  // before the first answer: see connect_failure()
+  if (PQstatus(connecting.connecting_) == CONNECTION_BAD)
+    return tl::unexpected(connecting.fail(connect_failure(connecting.connecting_)).error());
+  return connecting;
+}
+
+PqConnecting::PqConnecting(PqConnecting&& other) noexcept
+    : connecting_(std::exchange(other.connecting_, nullptr)), wants_read_(other.wants_read_) {}
+
+PqConnecting& PqConnecting::operator=(PqConnecting&& other) noexcept {
+  if (this != &other) {
+    if (connecting_ != nullptr) PQfinish(connecting_);
+    connecting_ = std::exchange(other.connecting_, nullptr);
+    wants_read_ = other.wants_read_;
+  }
+  return *this;
+}
+
+PqConnecting::~PqConnecting() {
+  if (connecting_ != nullptr) PQfinish(connecting_);
+}
+
+Outcome<PqConnection> PqConnecting::fail(StatementFailure failure) {
+  PQfinish(std::exchange(connecting_, nullptr));
+  return tl::unexpected(std::move(failure));
+}
+
+Outcome<PqConnection> PqConnecting::poll_until(Deadline deadline) {
+  if (connecting_ == nullptr)
+    return tl::unexpected(StatementFailure{StatementFailure::Kind::connection_lost, {}, "no connect in progress", false});
+  // libpq's contract: start as if PQconnectPoll had asked to write. The socket
+  // may change between polls (another address, SSL, GSS): read it every time.
+  for (;;) {
+    const Ready ready = wait_socket(PQsocket(connecting_), wants_read_ ? POLLIN : POLLOUT, deadline);
+    if (ready == Ready::timed_out) return tl::unexpected(timed_out("while connecting", false));
+    if (ready == Ready::failed)
+      return fail({StatementFailure::Kind::connection_lost, {}, "cannot wait for the connection's socket", false});
+    const PostgresPollingStatusType status = PQconnectPoll(connecting_);
+    if (status == PGRES_POLLING_FAILED) return fail(connect_failure(connecting_));
+    if (status == PGRES_POLLING_OK) break;
+    wants_read_ = status == PGRES_POLLING_READING;
+  }
+  PGconn* c = std::exchange(connecting_, nullptr);
+  const auto failed = [&](StatementFailure f) -> Outcome<PqConnection> {
     PQfinish(c);
     return tl::unexpected(std::move(f));
   };
-  PQsetErrorVerbosity(c, PQERRORS_VERBOSE);  // before the first answer: see connect_failure()
-  if (PQstatus(c) == CONNECTION_BAD) return fail(connect_failure(c));
-  // libpq's contract: start as if PQconnectPoll had asked to write. The socket
-  // may change between polls (another address, SSL, GSS): read it every time.
-  PostgresPollingStatusType status = PGRES_POLLING_WRITING;
-  while (status != PGRES_POLLING_OK) {
-    if (status == PGRES_POLLING_FAILED) return fail(connect_failure(c));
-    const Ready ready = wait_socket(PQsocket(c), status == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
-    if (ready == Ready::timed_out) return fail(timed_out("while connecting", false));
-    if (ready == Ready::failed)
-      return fail({StatementFailure::Kind::connection_lost, {}, "cannot wait for the connection's socket", false});
-    status = PQconnectPoll(c);
-  }
   // Never block in a send: a full socket buffer is waited for with the deadline.
-  if (PQsetnonblocking(c, 1) != 0)
-    return fail({StatementFailure::Kind::client, {}, trimmed(PQerrorMessage(c)), false});
+  if (PQsetnonblocking(c, 1) != 0) return failed({StatementFailure::Kind::client, {}, trimmed(PQerrorMessage(c)), false});
   PQsetErrorVerbosity(c, PQERRORS_DEFAULT);
   // Notices (say, "relation exists, skipping") would go to stderr.
   PQsetNoticeProcessor(c, ignore_notice, nullptr);
   return PqConnection(c);
+}
+
+Outcome<PqConnection> PqConnection::open(const std::string& conninfo, Deadline deadline) {
+  auto connecting = PqConnecting::start(conninfo);
+  if (!connecting) return tl::unexpected(std::move(connecting.error()));
+  return connecting->poll_until(deadline);  // a timeout drops the attempt with `connecting`
 }
 
 void PqConnection::abandon() noexcept {

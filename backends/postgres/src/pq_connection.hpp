@@ -25,6 +25,39 @@ struct Notification {
   std::string payload;
 };
 
+class PqConnection;
+
+// A connection being opened: PQconnectStart, then PQconnectPoll each time
+// its socket is ready. Unlike PqConnection::open it outlives a caller's
+// deadline: polled again later, it goes on where it stopped. A server slow
+// to start a backend (a loaded machine, every client reconnecting at once)
+// is then not asked for a new one by each caller that gave up waiting: a
+// backend whose client left mid-start-up is work thrown away, and enough of
+// them keep everyone from connecting.
+class PqConnecting {
+ public:
+  static Outcome<PqConnecting> start(const std::string& conninfo);
+
+  PqConnecting(PqConnecting&& other) noexcept;
+  PqConnecting& operator=(PqConnecting&& other) noexcept;
+  PqConnecting(const PqConnecting&) = delete;
+  PqConnecting& operator=(const PqConnecting&) = delete;
+  ~PqConnecting();
+
+  // Polls until the connection is made (returned; this object is then
+  // spent), fails (the failure; spent too) or `deadline` passes
+  // (Kind::timeout; still pending: it may be polled again).
+  Outcome<PqConnection> poll_until(Deadline deadline);
+  [[nodiscard]] bool pending() const noexcept { return connecting_ != nullptr; }
+
+ private:
+  explicit PqConnecting(pg_conn* connecting) noexcept : connecting_(connecting) {}
+  Outcome<PqConnection> fail(StatementFailure failure);
+
+  pg_conn* connecting_ = nullptr;
+  bool wants_read_ = false;  // PQconnectPoll's last answer: reading (else writing, as libpq starts)
+};
+
 class PqConnection {
  public:
   // Connects with PQconnectStart/PQconnectPoll; fails with Kind::timeout at `deadline`.
@@ -82,6 +115,7 @@ class PqConnection {
   [[nodiscard]] std::string user() const;
 
  private:
+  friend class PqConnecting;
   explicit PqConnection(pg_conn* connection) noexcept;
   // Sends, flushes within the deadline, then reads with `read`.
   template <class Send, class Read>
