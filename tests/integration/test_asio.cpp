@@ -610,3 +610,53 @@ TEST_CASE("singleton and async_singleton under a lock name given per call, on Po
   work.reset();
   runner.join();
 }
+
+TEST_CASE("a waiter whose role may read the queue but not join it is told so at once: blocking and async_acquire",
+          "[asio][session][queue][privilege]") {
+  // The plain try reads the queue and loses; joining the line is an INSERT
+  // into <table>_queue, which this role may not make. That refusal is final:
+  // waiting would hide it until the timeout, so both waits return it.
+  const std::string table = fresh_table("no_queue_insert");
+  PostgresBackend direct("");
+  REQUIRE(direct.create_schema(table));
+  const std::string role = fresh_table("no_queue_insert_role");
+  admin("CREATE ROLE " + role + " LOGIN");
+  admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO " + role);
+  admin("GRANT SELECT, UPDATE, DELETE ON " + table + "_queue TO " + role);
+  admin("GRANT USAGE ON SEQUENCE " + table + "_fence_seq TO " + role);
+  pgmutex::AcquireRequest hold{LockRef{table, "x"}, "holder", 60s};
+  hold.token = 7;
+  auto held = direct.try_acquire(hold);
+  REQUIRE((held && held->acquired));
+
+  auto session = pgmutex::Session::create("user=" + role);
+  const auto started = std::chrono::steady_clock::now();
+  const auto within_timeout = [&] { return std::chrono::steady_clock::now() - started < 20s; };
+  SECTION("SessionMutex::acquire") {
+    pgmutex::SessionMutex waiter{session->backend(), SessionWorld::slow(table, "blocking")};
+    auto got = waiter.acquire(pgmutex::nothrow, 30s);
+    REQUIRE_FALSE(got);
+    INFO(got.error().message());
+    CHECK(got.error() == Errc::permission_denied);
+    CHECK_THAT(got.error().message(), Catch::Contains(table + "_queue"));
+  }
+  SECTION("AsioMutex::async_acquire") {
+    asio::io_context io;
+    pgmutex::AsioMutex waiter{session->backend(), SessionWorld::slow(table, "async"), {}, {},
+                              AsioExecutor(io.get_executor())};
+    std::optional<error_code> ended;
+    waiter.async_acquire(std::optional<std::chrono::nanoseconds>(30s),
+                         [&](error_code ec, pgmutex::AsioMutex::guard_type g) {
+                           ended = ec;
+                           CHECK_FALSE(g);
+                         });
+    io.run_for(25s);
+    REQUIRE(ended);
+    INFO(ended->message());
+    CHECK(std::error_code(*ended) == Errc::permission_denied);
+  }
+  CHECK(within_timeout());  // told at once, not at the 30 s timeout
+  auto line = direct.list_queue(table);
+  REQUIRE(line);
+  CHECK(line->empty());
+}
