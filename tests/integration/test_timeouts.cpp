@@ -238,10 +238,16 @@ TEST_CASE("a connect the operation's deadline cuts short goes on: the next opera
   FaultProxy proxy;
   PostgresOptions po;
   po.reconnect_attempts = 1;
-  po.default_timeout = 200ms;  // less than one delayed chunk
+  // Two operations (1 s each) end before the connect can (a chunk each
+  // way, delayed 1.2 s each), and the third has 0.6 s left for its queries
+  // once the connect is made. (With 200 ms operations and 300 ms delays the
+  // connect was made just as the third's deadline passed, which left its
+  // queries no time: on a loaded machine the connection then went, rightly,
+  // and a second was made.)
+  po.default_timeout = 1s;
   po.connect_timeout = 30s;
   PostgresBackend b(proxy.dsn(), po);
-  proxy.set("delay 300");
+  proxy.set("delay 1200");
   for (int i = 0; i < 2; ++i) {
     auto read = b.inspect(LockRef{table, "job"});
     REQUIRE_FALSE(read);
@@ -252,7 +258,7 @@ TEST_CASE("a connect the operation's deadline cuts short goes on: the next opera
   proxy.set("pass");  // what is in flight still arrives
   std::optional<pgmutex::Error> last;
   bool read_it = false;
-  for (int i = 0; i < 50 && !read_it; ++i) {
+  for (int i = 0; i < 10 && !read_it; ++i) {
     auto read = b.inspect(LockRef{table, "job"});
     read_it = read.has_value();
     if (!read_it) last = read.error();
@@ -263,10 +269,11 @@ TEST_CASE("a connect the operation's deadline cuts short goes on: the next opera
 
   SECTION("a connect past its own budget (connect_timeout) is given up, and the next one starts afresh") {
     PostgresOptions short_budget = po;
-    short_budget.connect_timeout = 500ms;
+    short_budget.default_timeout = 300ms;
+    short_budget.connect_timeout = 1s;
     PostgresBackend c(proxy.dsn(), short_budget);
     proxy.set("freeze");
-    for (int i = 0; i < 4; ++i) CHECK_FALSE(c.inspect(LockRef{table, "job"}));  // 800 ms: one budget ran out
+    for (int i = 0; i < 5; ++i) CHECK_FALSE(c.inspect(LockRef{table, "job"}));  // 1.5 s: one budget ran out
     proxy.set("pass");
     bool read_c = false;
     for (int i = 0; i < 50 && !read_c; ++i) read_c = c.inspect(LockRef{table, "job"}).has_value();
