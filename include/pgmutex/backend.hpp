@@ -30,6 +30,11 @@ using GrantToken = std::uint64_t;
 struct LockRef {
   std::string_view table;
   std::string_view lock_name;
+  // Nonzero: the mutex that sends this (never reused within a process).
+  // The same nonzero identity always comes with the same table, lock name,
+  // instance id and holder details, so a backend may key what it caches on
+  // it instead of comparing the strings (MemoryBackend does). 0: unknown.
+  std::uint64_t identity = 0;
 };
 
 // Which grant: a holder is named by instance, fence and grant token, so a

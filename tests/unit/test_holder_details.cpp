@@ -26,3 +26,55 @@ TEST_CASE("MemoryBackend stores the holder details an acquire gives", "[memory][
   CHECK((*bare)->holder_host.empty());  // the memory backend has no defaults
   CHECK((*bare)->holder_pid == 0);
 }
+
+// LockRef::identity lets the backend skip comparing names it has seen from
+// the same mutex; another identity, or none, must still be compared by contents.
+TEST_CASE("MemoryBackend compares names and holders by contents across identities", "[memory][holder]") {
+  MemoryBackend b(MemoryServer::create());
+  REQUIRE(b.create_schema("t"));
+  const auto request = [](std::uint64_t identity, std::string_view lock, std::string_view instance, GrantToken token,
+                          std::string_view host) {
+    AcquireRequest r{LockRef{"t", lock, identity}, instance, 60s, token};
+    r.holder_details = HolderDetails{host, 1, ""};
+    return r;
+  };
+  const auto holder = [&](std::string_view lock) { return b.inspect(LockRef{"t", lock}).value().value(); };
+
+  auto a = b.try_acquire(request(7, "job", "a", 1, "host-a"));
+  REQUIRE(a);
+  REQUIRE(a->acquired);
+  // Right fence and token, wrong instance, no identity: refused.
+  CHECK(b.release(HolderKey{LockRef{"t", "job"}, "b", a->fence, 1}).error() == Errc::lock_not_held);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 7}, "a", a->fence, 1}));
+
+  // Another identity on the same row: its own instance and details are written.
+  auto other = b.try_acquire(request(8, "job", "b", 2, "host-b"));
+  REQUIRE(other);
+  REQUIRE(other->acquired);
+  CHECK(holder("job").instance_id == "b");
+  CHECK(holder("job").holder_host == "host-b");
+  // The first identity's key does not fit the second one's grant.
+  CHECK(b.release(HolderKey{LockRef{"t", "job", 7}, "a", other->fence, 2}).error() == Errc::lock_not_held);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 8}, "b", other->fence, 2}));
+
+  // A lock between the two: the cache moves, and back.
+  REQUIRE(b.try_acquire(request(9, "report", "c", 3, "host-c"))->acquired);
+  CHECK(holder("report").instance_id == "c");
+
+  // The first identity again, after the second: its strings are written back.
+  auto again = b.try_acquire(request(7, "job", "a", 4, "host-a"));
+  REQUIRE(again);
+  REQUIRE(again->acquired);
+  CHECK(holder("job").instance_id == "a");
+  CHECK(holder("job").holder_host == "host-a");
+  CHECK(holder("report").instance_id == "c");
+
+  // No identity on either side: the instance is compared.
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 7}, "a", again->fence, 4}));
+  auto anonymous = b.try_acquire(request(0, "job", "d", 5, "host-d"));
+  REQUIRE(anonymous);
+  REQUIRE(anonymous->acquired);
+  CHECK(holder("job").instance_id == "d");
+  CHECK(b.release(HolderKey{LockRef{"t", "job"}, "a", anonymous->fence, 5}).error() == Errc::lock_not_held);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job"}, "d", anonymous->fence, 5}));
+}

@@ -101,7 +101,12 @@ class LockStatements {
 
   // `options` and `clock` belong to the owning state, which outlives this.
   LockStatements(B b, const ValidOptions& options, const C& clock)
-      : backend(std::move(b)), options_(options), clock_(clock), token_state_(token_seed()) {}
+      : backend(std::move(b)),
+        options_(options),
+        clock_(clock),
+        identity_(token_seed()),
+        token_state_(identity_),
+        plain_request_{lock_ref(), options_.instance_id, options_.stale_threshold, 0, options_.heartbeat_timeout} {}
   LockStatements(const LockStatements&) = delete;
   LockStatements& operator=(const LockStatements&) = delete;
 
@@ -151,8 +156,8 @@ class LockStatements {
       // reading taken once the gate was ours (an earlier send time only
       // shortens the lease the grant is given).
       const time_point sent = tries == 0 ? entered : clock_.now();
-      auto outcome = backend.try_acquire(
-          AcquireRequest{lock_ref(), options_.instance_id, options_.stale_threshold, token, options_.heartbeat_timeout});
+      plain_request_.token = token;
+      auto outcome = backend.try_acquire(plain_request_);
       if (outcome) {
         if (outcome->acquired) [[likely]] {
           if (outcome->reclaimed) [[unlikely]]
@@ -294,7 +299,7 @@ class LockStatements {
   PGMUTEX_ALWAYS_INLINE HolderKey key_of(const typename GrantBook<time_point>::Grant& g) const noexcept {
     return HolderKey{lock_ref(), options_.instance_id, g.fence, g.token, options_.heartbeat_timeout, g.durable};
   }
-  LockRef lock_ref() const noexcept { return LockRef{options_.table, options_.lock_name}; }
+  LockRef lock_ref() const noexcept { return LockRef{options_.table, options_.lock_name, identity_}; }
   std::string context() const { return "lock '" + options_.lock_name + "'"; }
 
   template <class T>
@@ -367,7 +372,7 @@ class LockStatements {
   }
 
   // The server session and history of the last statement.
-  ServerSession session_of_last() const noexcept {
+  PGMUTEX_ALWAYS_INLINE ServerSession session_of_last() const noexcept {
     ServerSession at;
     if constexpr (BackendReportsSession<B>) at.session = backend.session();
     if constexpr (BackendReportsHistory<B>) at.history = backend.history();
@@ -425,7 +430,13 @@ class LockStatements {
   IoGate gate_;
   std::vector<GrantToken> in_doubt_;    // tokens of acquires whose outcome is unknown
   std::vector<GrantToken> unreleased_;  // tokens of grants whose release failed
+  // This mutex's LockRef::identity: its first token seed, distinct from
+  // every other one in the process (token_seed), and fixed like the options.
+  const std::uint64_t identity_;
   std::uint64_t token_state_;
+  // A plain try's request: the same for every try of this mutex but its
+  // token (set before each), so it is not built again on every call.
+  AcquireRequest plain_request_;
   std::string alerted_holder_;
   Fence alerted_fence_ = -1;
 };

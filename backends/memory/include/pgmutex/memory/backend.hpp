@@ -107,8 +107,9 @@ class MemoryBackend {
         result.holder = row.instance_id;
         result.holder_age_s = server_->age_seconds(row);
       }
-      grant(row, *found->table, history, request.instance_id, request.token, request.stale_threshold,
-            request.holder_details.host, request.holder_details.pid, request.holder_details.command, now);
+      grant(row, *found->table, history, request.lock.identity, request.instance_id, request.token,
+            request.stale_threshold, request.holder_details.host, request.holder_details.pid,
+            request.holder_details.command, now);
       result.acquired = true;
       result.fence = row.fence;
     }
@@ -275,11 +276,12 @@ class MemoryBackend {
 
  private:
   // The row this holder owns, or nullptr if it was released or granted again.
+  // Granted by the same mutex (LockRef::identity), its instance id is the key's.
   PGMUTEX_ALWAYS_INLINE static MemoryServer::Row* holder_row(MemoryServer::Row& row, const HolderKey& key) noexcept {
-    if (!row.present || row.fence != key.fence || row.token != key.token ||
-        !detail::same_text(row.instance_id, key.instance_id))
-      return nullptr;
-    return &row;
+    if (!row.present || row.fence != key.fence || row.token != key.token) return nullptr;
+    if (key.lock.identity != 0 && row.holder_identity == key.lock.identity) [[likely]]
+      return &row;
+    return detail::same_text(row.instance_id, key.instance_id) ? &row : nullptr;
   }
 
   // The row of a lock, made (absent) if new. Rows and tables are never erased
@@ -289,12 +291,18 @@ class MemoryBackend {
     MemoryServer::Table* table = nullptr;
     MemoryServer::Row* row = nullptr;
   };
-  // The cache is kept by contents, never by the address of the caller's
-  // strings: those may be temporaries that a later call's strings reuse.
+  // The cache is kept by the mutex's identity (LockRef: the same one always
+  // names the same lock) or by contents, never by the address of the
+  // caller's strings: those may be temporaries that a later call's strings reuse.
   PGMUTEX_ALWAYS_INLINE Result<Place> row_for(const LockRef& lock) {
-    if (cached_.row != nullptr && detail::same_text(cached_lock_, lock.lock_name) &&
-        detail::same_text(cached_table_, lock.table)) [[likely]]
-      return cached_;
+    if (cached_.row != nullptr) [[likely]] {
+      if (lock.identity != 0 && lock.identity == cached_identity_) [[likely]]
+        return cached_;
+      if (detail::same_text(cached_lock_, lock.lock_name) && detail::same_text(cached_table_, lock.table)) {
+        cached_identity_ = lock.identity;  // the contents matched: this identity names them
+        return cached_;
+      }
+    }
     return find_row(lock);
   }
   PGMUTEX_NOINLINE Result<Place> find_row(const LockRef& lock) {
@@ -306,6 +314,7 @@ class MemoryBackend {
     cached_table_.assign(lock.table);
     cached_lock_.assign(lock.lock_name);
     cached_ = Place{*table, &found->second};
+    cached_identity_ = lock.identity;
     return cached_;
   }
 
@@ -348,19 +357,24 @@ class MemoryBackend {
 
   // The row written for a grant: to a plain try, to a waiter directly, or
   // offered to one.
+  // `identity`: the granted mutex's LockRef::identity, 0 if unknown.
   PGMUTEX_ALWAYS_INLINE void grant(MemoryServer::Row& row, MemoryServer::Table& table, std::uint64_t history,
-                                   std::string_view instance_id, GrantToken token, std::chrono::nanoseconds stale,
-                                   std::string_view host, std::int64_t pid, std::string_view command,
-                                   std::chrono::nanoseconds now) {
+                                   std::uint64_t identity, std::string_view instance_id, GrantToken token,
+                                   std::chrono::nanoseconds stale, std::string_view host, std::int64_t pid,
+                                   std::string_view command, std::chrono::nanoseconds now) {
     row.present = true;
-    if (!detail::same_text(row.instance_id, instance_id)) row.instance_id.assign(instance_id);
+    // Assigned only when they differ: the same holder acquiring again copies
+    // nothing, and the same mutex (identity) compares nothing either.
+    if (identity == 0 || row.holder_identity != identity) [[unlikely]] {
+      if (!detail::same_text(row.instance_id, instance_id)) row.instance_id.assign(instance_id);
+      if (!detail::same_text(row.holder_host, host)) row.holder_host.assign(host);
+      if (!detail::same_text(row.holder_command, command)) row.holder_command.assign(command);
+      row.holder_identity = identity;
+    }
     row.fence = ++table.sequence + static_cast<Fence>(history << 40);
     row.token = token;
     row.stale_threshold = stale;
-    // Assigned only when they differ: the same holder acquiring again copies nothing.
-    if (!detail::same_text(row.holder_host, host)) row.holder_host.assign(host);
     row.holder_pid = pid;
-    if (!detail::same_text(row.holder_command, command)) row.holder_command.assign(command);
     row.last_heartbeat = row.acquired_at = now;
     MemoryServer::made_durable(row);
     server_->flush();
@@ -410,7 +424,7 @@ class MemoryBackend {
   // place marked offered until its handoff deadline.
   void offer_to(MemoryServer::Row& row, MemoryServer::Table& table, std::string_view table_name, std::string_view lock_name,
                 detail::WaiterQueue& line, detail::Waiter& head, std::chrono::nanoseconds now) {
-    grant(row, table, server_->history_.load(std::memory_order_relaxed), head.instance_id, head.token,
+    grant(row, table, server_->history_.load(std::memory_order_relaxed), /*identity=*/0, head.instance_id, head.token,
           head.stale_threshold, head.holder_host, head.holder_pid, head.holder_command, now);
     record(table_name, lock_name, row, head.ticket, true, &line);
     head.offered_fence = row.fence;
@@ -492,7 +506,7 @@ class MemoryBackend {
       result.holder = row.instance_id;
       result.holder_age_s = server_->age_seconds(row);
     }
-    grant(row, table, history, request.instance_id, request.token, request.stale_threshold,
+    grant(row, table, history, request.lock.identity, request.instance_id, request.token, request.stale_threshold,
           request.holder_details.host, request.holder_details.pid, request.holder_details.command, now);
     record(request.lock.table, request.lock.lock_name, row, request.queue_ticket, false, &line);
     if (me != nullptr)
@@ -509,6 +523,7 @@ class MemoryBackend {
   // Touched only with the server's mutex held.
   std::string cached_table_;
   std::string cached_lock_;
+  std::uint64_t cached_identity_ = 0;  // the LockRef::identity known to name cached_lock_ in cached_table_, or 0
   Place cached_;
   std::uint64_t beat_history_ = 0;  // the server history of this connection's last heartbeat
 };

@@ -313,6 +313,9 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     std::string holder_host;  // as the request gave them: the memory backend has no defaults
     std::int64_t holder_pid = 0;
     std::string holder_command;
+    // The LockRef::identity of the mutex that the strings above came from
+    // (0: unknown); a grant to the same mutex leaves them as they are.
+    std::uint64_t holder_identity = 0;
   };
   struct StringHash {
     using is_transparent = void;
