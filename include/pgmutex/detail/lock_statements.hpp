@@ -18,79 +18,11 @@
 #include "pgmutex/error.hpp"
 #include "pgmutex/detail/grant_book.hpp"
 #include "pgmutex/detail/io_gate.hpp"
+#include "pgmutex/detail/statement_outcomes.hpp"
 #include "pgmutex/detail/token_seed.hpp"
 #include "pgmutex/options.hpp"
 
 namespace pgmutex::detail {
-
-// What one acquire try came to, and the hooks it owes, fired once the gate is
-// left. Built only by the named makers, each setting what its outcome needs:
-// a try is on every poll's path, and zeroing a large record per try shows in
-// the cycle's cost.
-template <class TimePoint>
-struct AcquireAttempt {
-  enum class Kind : unsigned char { won, taken, failed };
-  Kind kind;
-  bool alert;
-  bool place_lost = false;  // taken: a queued try found its place in the queue gone (enqueue again)
-  Fence fence;
-  GrantToken token;
-  TimePoint sent;
-  double age_s;
-  double grace_left_s;     // taken: > 0 if refused by a failover grace (who: "(failover grace)")
-  ServerSession session;   // won: the server session that granted it
-  std::string who;             // won by reclaim: the previous holder; taken: the holder
-  std::optional<Error> error;  // failed: why
-
-  static AcquireAttempt won(Fence f, GrantToken t, TimePoint at, ServerSession s) {
-    return AcquireAttempt(Kind::won, false, f, t, at, 0, 0, s);
-  }
-  static AcquireAttempt won(Fence f, GrantToken t, TimePoint at, ServerSession s, std::string previous) {
-    return AcquireAttempt(Kind::won, false, f, t, at, 0, 0, s, std::move(previous), std::nullopt);
-  }
-  static AcquireAttempt taken(std::string holder, Fence f, double age, bool alert, double grace_left = 0) {
-    return AcquireAttempt(Kind::taken, alert, f, 0, {}, age, grace_left, {}, std::move(holder), std::nullopt);
-  }
-  static AcquireAttempt lost_place(std::string holder, Fence f, double age) {
-    AcquireAttempt a(Kind::taken, false, f, 0, {}, age, 0, {}, std::move(holder), std::nullopt);
-    a.place_lost = true;
-    return a;
-  }
-  static AcquireAttempt failed(Error e) {
-    return AcquireAttempt(Kind::failed, false, 0, 0, {}, 0, 0, {}, {}, std::move(e));
-  }
-
- private:
-  // A constructor, not aggregate initialization: GCC clears a whole
-  // aggregate (padding included) with `rep stos` before filling it in.
-  AcquireAttempt(Kind k, bool a, Fence f, GrantToken t, TimePoint at, double age, double grace, ServerSession s,
-                 std::string w, std::optional<Error> e)
-      : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), grace_left_s(grace), session(s), who(std::move(w)),
-        error(std::move(e)) {}
-  // A grant nobody held (the common outcome): no string or error to move in;
-  // each std::string move is a call and a copy (callgrind: ~100 instructions
-  // of a ~1,000-instruction in-memory cycle).
-  AcquireAttempt(Kind k, bool a, Fence f, GrantToken t, TimePoint at, double age, double grace, ServerSession s)
-      : kind(k), alert(a), fence(f), token(t), sent(at), age_s(age), grace_left_s(grace), session(s) {}
-};
-
-// A heartbeat's answer, with when it really went out (after any wait for the
-// gate) and the server session that answered.
-template <class TimePoint>
-struct BeatAnswer {
-  Result<void> result;
-  TimePoint sent;
-  ServerSession session;
-};
-
-// A waiter's place in the lock's queue, and the token its grant will carry.
-struct QueuedWaiter {
-  QueuePlace place;
-  GrantToken token = 0;
-  // A queued try's reply was lost: the grant it confirmed may be ours, and
-  // is resolved by trying again while queued, or by the token once out.
-  bool outcome_unknown = false;
-};
 
 template <Backend B, Clock C>
 class LockStatements {
@@ -106,7 +38,9 @@ class LockStatements {
         clock_(clock),
         identity_(token_seed()),
         token_state_(identity_),
-        plain_request_{lock_ref(), options_.instance_id, options_.stale_threshold, 0, options_.heartbeat_timeout} {}
+        plain_request_{lock_ref(), options_.instance_id, options_.stale_threshold, 0, options_.heartbeat_timeout},
+        key_template_{lock_ref(), options_.instance_id, 0, 0, options_.heartbeat_timeout},
+        release_key_(key_template_) {}
   LockStatements(const LockStatements&) = delete;
   LockStatements& operator=(const LockStatements&) = delete;
 
@@ -252,10 +186,15 @@ class LockStatements {
   // row that may still be there is deleted by its token at the next contact,
   // not left to go stale; it is never adopted again: a grant that was
   // released keeps its fence to itself, and the next gets a higher one.
-  PGMUTEX_ALWAYS_INLINE Result<void> release(const HolderKey& key) {
+  PGMUTEX_ALWAYS_INLINE Result<void> release(const typename GrantBook<time_point>::Grant& g) {
     IoLock io(gate_);
     if (!io) [[unlikely]]
       return reentered();
+    // The key is written in place, under the gate: nothing else uses it then.
+    HolderKey& key = release_key_;
+    key.fence = g.fence;
+    key.token = g.token;
+    key.durable = g.durable;
     Result<void> deleted = backend.release(key);
     for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
       if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
@@ -297,7 +236,11 @@ class LockStatements {
   }
 
   PGMUTEX_ALWAYS_INLINE HolderKey key_of(const typename GrantBook<time_point>::Grant& g) const noexcept {
-    return HolderKey{lock_ref(), options_.instance_id, g.fence, g.token, options_.heartbeat_timeout, g.durable};
+    HolderKey key = key_template_;  // copied, never changed: heartbeats build keys outside the gate
+    key.fence = g.fence;
+    key.token = g.token;
+    key.durable = g.durable;
+    return key;
   }
   LockRef lock_ref() const noexcept { return LockRef{options_.table, options_.lock_name, identity_}; }
   std::string context() const { return "lock '" + options_.lock_name + "'"; }
@@ -410,15 +353,18 @@ class LockStatements {
     }
   }
 
-  // A fresh random token for each attempt: never 0 (0 is "no token").
+  // A fresh token for each attempt: never 0 (0 is "no token"). The start is
+  // random (token_seed: the OS's entropy, mixed, distinct per mutex) and each
+  // attempt steps it by an odd constant, so this mutex never repeats one in
+  // 2^64 attempts; another mutex's tokens meet ours only if the two random
+  // starts lie within that many steps of each other, which is no likelier
+  // than two random tokens being equal. Mixing each step as well (splitmix64's
+  // output function) cost 19 of an in-memory cycle's ~680 instructions.
   GrantToken next_token() noexcept {
     for (;;) {
-      // splitmix64: cheap, and seeded from the OS (token_seed).
-      std::uint64_t z = (token_state_ += 0x9E3779B97F4A7C15ULL);
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-      z ^= z >> 31;
-      if (z != 0) return z;
+      const std::uint64_t z = (token_state_ += 0x9E3779B97F4A7C15ULL);
+      if (z != 0) [[likely]]
+        return z;
     }
   }
 
@@ -437,6 +383,8 @@ class LockStatements {
   // A plain try's request: the same for every try of this mutex but its
   // token (set before each), so it is not built again on every call.
   AcquireRequest plain_request_;
+  const HolderKey key_template_;  // a grant's key, less its fence, token and durability
+  HolderKey release_key_;  // the release's key, written under the gate (key_template_ plus the grant)
   std::string alerted_holder_;
   Fence alerted_fence_ = -1;
 };

@@ -157,7 +157,7 @@ class MutexState {
     }
     // A pending wake-up stays: it finds nothing held and ends, and keeps
     // acquire/release cycles free of executor work.
-    Result<void> deleted = io.release(io.key_of(ended->grant));
+    Result<void> deleted = io.release(ended->grant);
     if (deleted) [[likely]] {
       call_released(metrics, options.lock_name, options.instance_id);
       return {};
