@@ -315,8 +315,8 @@ concept BackendWatchesLocksAsynchronously =
       { b.cancel_watch(id) } noexcept -> std::same_as<bool>;
     };
 
-// --- Queues: waiting in line (FIFO, one wake-up per release).
-//
+// --- Running work on the backend's thread, and sharing it.
+
 // Runs `job` on the backend's own I/O thread, where the backend's blocking
 // operations run at once, without handing each statement to that thread and
 // waiting for it; false if it cannot (stopped). A job may also be destroyed

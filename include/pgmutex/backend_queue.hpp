@@ -17,6 +17,8 @@
 
 namespace pgmutex {
 
+// --- Queues: waiting in line (FIFO, one wake-up per release).
+//
 // A waiter that lost a plain try enqueues: it takes a place (a ticket) in the
 // lock's queue, and a release then hands the lock to the first live waiter
 // in place: it offers the grant (a fresh fence, the waiter's token) and wakes

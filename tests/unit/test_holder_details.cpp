@@ -60,6 +60,12 @@ TEST_CASE("MemoryBackend compares names and holders by contents across identitie
   // A lock between the two: the cache moves, and back.
   REQUIRE(b.try_acquire(request(9, "report", "c", 3, "host-c"))->acquired);
   CHECK(holder("report").instance_id == "c");
+  // An identity seen before the cache moved must not be handed the cached row.
+  auto back = b.try_acquire(request(8, "job", "b", 6, "host-b"));
+  REQUIRE(back);
+  REQUIRE(back->acquired);
+  CHECK(holder("job").instance_id == "b");
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 8}, "b", back->fence, 6}));
 
   // The first identity again, after the second: its strings are written back.
   auto again = b.try_acquire(request(7, "job", "a", 4, "host-a"));

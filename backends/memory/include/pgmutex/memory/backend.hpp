@@ -32,6 +32,16 @@ class MemoryBackend {
 
   [[nodiscard]] const std::shared_ptr<MemoryServer>& server() const noexcept { return server_; }
 
+  // Another client on the same server and connection name, for another lock
+  // of a mutex's (BackendShares): it reads only what never changes once set
+  // up, never this one's cache or last answers, which a heartbeat of its
+  // mutex may be writing meanwhile on another thread.
+  [[nodiscard]] MemoryBackend share() const {
+    MemoryBackend other(server_, connection_);
+    other.statement_timeout_ = statement_timeout_;
+    return other;
+  }
+
   // Whether an acknowledged heartbeat may still be lost (see
   // MemoryServer::set_asynchronous_heartbeats): the mutex keeps a heartbeat
   // interval more of margin then.
@@ -534,5 +544,6 @@ static_assert(BackendReportsCommitMode<MemoryBackend>);
 static_assert(BackendReportsSession<MemoryBackend>);
 static_assert(BackendReportsHistory<MemoryBackend>);
 static_assert(BackendPollsQueue<MemoryBackend>);
+static_assert(BackendShares<MemoryBackend>);
 
 }  // namespace pgmutex
