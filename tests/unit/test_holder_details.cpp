@@ -39,48 +39,46 @@ TEST_CASE("MemoryBackend compares names and holders by contents across identitie
     return r;
   };
   const auto holder = [&](std::string_view lock) { return b.inspect(LockRef{"t", lock}).value().value(); };
+  // Acquires (required to succeed) and returns the grant's fence.
+  const auto granted = [&](std::uint64_t identity, std::string_view lock, std::string_view instance, GrantToken token,
+                           std::string_view host) {
+    auto result = b.try_acquire(request(identity, lock, instance, token, host));
+    REQUIRE(result);
+    REQUIRE(result->acquired);
+    return result->fence;
+  };
 
-  auto a = b.try_acquire(request(7, "job", "a", 1, "host-a"));
-  REQUIRE(a);
-  REQUIRE(a->acquired);
+  const Fence a = granted(7, "job", "a", 1, "host-a");
   // Right fence and token, wrong instance, no identity: refused.
-  CHECK(b.release(HolderKey{LockRef{"t", "job"}, "b", a->fence, 1}).error() == Errc::lock_not_held);
-  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 7}, "a", a->fence, 1}));
+  CHECK(b.release(HolderKey{LockRef{"t", "job"}, "b", a, 1}).error() == Errc::lock_not_held);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 7}, "a", a, 1}));
 
   // Another identity on the same row: its own instance and details are written.
-  auto other = b.try_acquire(request(8, "job", "b", 2, "host-b"));
-  REQUIRE(other);
-  REQUIRE(other->acquired);
+  const Fence other = granted(8, "job", "b", 2, "host-b");
   CHECK(holder("job").instance_id == "b");
   CHECK(holder("job").holder_host == "host-b");
   // The first identity's key does not fit the second one's grant.
-  CHECK(b.release(HolderKey{LockRef{"t", "job", 7}, "a", other->fence, 2}).error() == Errc::lock_not_held);
-  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 8}, "b", other->fence, 2}));
+  CHECK(b.release(HolderKey{LockRef{"t", "job", 7}, "a", other, 2}).error() == Errc::lock_not_held);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 8}, "b", other, 2}));
 
   // A lock between the two: the cache moves, and back.
-  REQUIRE(b.try_acquire(request(9, "report", "c", 3, "host-c"))->acquired);
+  granted(9, "report", "c", 3, "host-c");
   CHECK(holder("report").instance_id == "c");
   // An identity seen before the cache moved must not be handed the cached row.
-  auto back = b.try_acquire(request(8, "job", "b", 6, "host-b"));
-  REQUIRE(back);
-  REQUIRE(back->acquired);
+  const Fence back = granted(8, "job", "b", 6, "host-b");
   CHECK(holder("job").instance_id == "b");
-  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 8}, "b", back->fence, 6}));
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 8}, "b", back, 6}));
 
   // The first identity again, after the second: its strings are written back.
-  auto again = b.try_acquire(request(7, "job", "a", 4, "host-a"));
-  REQUIRE(again);
-  REQUIRE(again->acquired);
+  const Fence again = granted(7, "job", "a", 4, "host-a");
   CHECK(holder("job").instance_id == "a");
   CHECK(holder("job").holder_host == "host-a");
   CHECK(holder("report").instance_id == "c");
 
   // No identity on either side: the instance is compared.
-  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 7}, "a", again->fence, 4}));
-  auto anonymous = b.try_acquire(request(0, "job", "d", 5, "host-d"));
-  REQUIRE(anonymous);
-  REQUIRE(anonymous->acquired);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job", 7}, "a", again, 4}));
+  const Fence anonymous = granted(0, "job", "d", 5, "host-d");
   CHECK(holder("job").instance_id == "d");
-  CHECK(b.release(HolderKey{LockRef{"t", "job"}, "a", anonymous->fence, 5}).error() == Errc::lock_not_held);
-  REQUIRE(b.release(HolderKey{LockRef{"t", "job"}, "d", anonymous->fence, 5}));
+  CHECK(b.release(HolderKey{LockRef{"t", "job"}, "a", anonymous, 5}).error() == Errc::lock_not_held);
+  REQUIRE(b.release(HolderKey{LockRef{"t", "job"}, "d", anonymous, 5}));
 }

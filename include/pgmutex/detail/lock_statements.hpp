@@ -135,9 +135,8 @@ class LockStatements {
     IoLock io(gate_);
     if (!io) return reentered();
     const GrantToken token = next_token();
-    auto place = backend.enqueue(
-        AcquireRequest{lock_ref(), options_.instance_id, options_.stale_threshold, token, options_.heartbeat_timeout},
-        options_.handoff_deadline);
+    plain_request_.token = token;
+    auto place = backend.enqueue(plain_request_, options_.handoff_deadline);
     if (!place) return with_context<QueuedWaiter>(tl::unexpected(std::move(place.error())));
     return QueuedWaiter{*place, token};
   }
@@ -264,7 +263,8 @@ class LockStatements {
   static constexpr int release_attempts = 3;
 
   AcquireRequest queue_request(const QueuedWaiter& queued) const noexcept {
-    AcquireRequest r{lock_ref(), options_.instance_id, options_.stale_threshold, queued.token, options_.heartbeat_timeout};
+    AcquireRequest r = plain_request_;  // under the gate, as every statement
+    r.token = queued.token;
     r.queue_ticket = queued.place.ticket;
     return r;
   }
@@ -380,8 +380,9 @@ class LockStatements {
   // every other one in the process (token_seed), and fixed like the options.
   const std::uint64_t identity_;
   std::uint64_t token_state_;
-  // A plain try's request: the same for every try of this mutex but its
-  // token (set before each), so it is not built again on every call.
+  // A plain try's request (and an enqueue's): the same for every try of
+  // this mutex but its token, set under the gate before each, so it is not
+  // built again on every call; a queued try's is a copy with its place.
   AcquireRequest plain_request_;
   const HolderKey key_template_;  // a grant's key, less its fence, token and durability
   HolderKey release_key_;  // the release's key, written under the gate (key_template_ plus the grant)
