@@ -3,9 +3,13 @@
 // own I/O thread, their statements sent there at once; when a thread of the
 // user's holds the mutex's io_gate while it waits for that I/O thread, the
 // operation goes to the I/O pool instead of blocking the I/O thread on the gate.
+// And how that thread ends when the session's last owner lets go on it there.
 #include "pgmutex/asio.hpp"  // first: the header is self-contained
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -136,4 +140,34 @@ TEST_CASE("AsioMutex on a Session: a busy io_gate sends the operation to the I/O
   CHECK(g);
   if (g) g.release();
   user.join();
+}
+
+// The session's last owner lets go in a job on its own I/O thread, after the
+// last moment the test synchronizes with that thread: the session stops there
+// and the thread, which cannot join itself, ends on its own. The statements
+// it makes after that moment read the library's static statement parts: they
+// must still be there if the process exits while (or after) it runs. Before
+// they were immortal, ThreadSanitizer reported their destruction at exit as a
+// race with the thread's read (exit status 66); seen first with a heartbeat's
+// callback as the last owner (integration_asio_session_thread, CI's TSan step).
+TEST_CASE("A Session let go on its own I/O thread stops there; the thread ends on its own",
+          "[asio][session-thread]") {
+  const std::string table = fresh_table("asio_last_owner");
+  auto session = pgmutex::Session::create("");
+  auto backend = std::make_shared<pgmutex::SessionBackend>(session->backend());
+  session.reset();  // the backend is the last owner now
+  std::promise<pid_t> started;
+  pgmutex::SessionBackend* const raw = backend.get();
+  REQUIRE(raw->run_job([backend = std::move(backend), &started, table]() mutable {
+    started.set_value(::gettid());  // the test's last synchronization with this thread
+    const pgmutex::AcquireRequest r{LockRef{table, "z", 0}, "last-owner", 60s, 1, 1s};
+    if (backend->create_schema(table)) (void)backend->try_acquire(r);  // statements made here, after it
+    backend.reset();  // the session stops here, on its own thread
+  }));
+  // Waited for by looking, not by a join or a lock, which would order the
+  // thread's reads before the exit: a user's program need not wait at all.
+  const std::string task = "/proc/self/task/" + std::to_string(started.get_future().get());
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::filesystem::exists(task) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  CHECK_FALSE(std::filesystem::exists(task));
 }

@@ -34,8 +34,10 @@ bool SessionCore::add_beat(Beat beat) {
       sooner = true;
     }
     beats_.push_back(std::move(beat));
+    // The I/O thread's timer changed. Under the lock: the beat's callback
+    // may own the session's last share (session_core.cpp, run_job).
+    if (sooner) wake();
   }
-  if (sooner) wake();  // the I/O thread's timer changed
   return true;
 }
 

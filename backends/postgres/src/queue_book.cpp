@@ -146,10 +146,12 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
       place.woke.reset();
     } else {
       place.async_woken = std::move(woken);
+      // The I/O thread's next timer may be this place's. Under the lock: the
+      // callback may own the session's last share (session_core.cpp, run_job).
+      wake();
     }
   }
   if (at_once) woken(*at_once);
-  else wake();  // the I/O thread's next timer may be this place's
   return {};
 }
 

@@ -130,11 +130,12 @@ bool SessionCore::call(const std::function<void(OwnSession&)>& body, Deadline qu
 }
 
 bool SessionCore::run_job(std::function<void()> job) {
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return false;
-    jobs_.push_back({nullptr, std::move(job)});
-  }
+  std::lock_guard lock(mutex_);
+  if (stopping_) return false;
+  jobs_.push_back({nullptr, std::move(job)});
+  // Woken under the lock: the job may own the session's last share, and the
+  // I/O thread, which takes it under this lock, may then end the session and
+  // close the eventfd before a wake sent after the lock would be written.
   wake();
   return true;
 }

@@ -76,12 +76,15 @@ std::string seconds_since(std::string_view column) {
 
 // The columns a LockRow is read from, in its order. A seed-made row has no
 // token, threshold or holder details: they read as 0 or ''.
-const std::string row_columns =
+// Never destroyed: a session's I/O thread may still be making statements
+// while the process exits (its last owner let go on it, and nothing waits for
+// it to end), and must not read a string that exit destroyed.
+const std::string& row_columns = *new std::string(
     "lock_name, instance_id, fence, "
     "(extract(epoch FROM acquired_at) * 1000000)::bigint, " +
     seconds_since("last_heartbeat") + ", "
     "coalesce(grant_token, 0), coalesce(holder_stale_s, 0)::float8, "
-    "coalesce(holder_host, ''), coalesce(holder_pid, 0), coalesce(holder_command, '')";
+    "coalesce(holder_host, ''), coalesce(holder_pid, 0), coalesce(holder_command, '')");
 
 // The table's oid, computed by the server from the quoted name: every spelling
 // of one table gives one value. The name is validated, so it is a safe literal.

@@ -30,7 +30,7 @@ extern const std::string_view timeline_value;
 // and the one its holder stored.
 extern const std::string_view stale_condition;
 // The columns a LockRow is read from, in its order.
-extern const std::string row_columns;
+extern const std::string& row_columns;  // never destroyed (sql.cpp)
 // set_config raising synchronous_commit to on for this statement (a grant must survive a crash).
 extern const std::string_view forced_synchronous_commit;
 
