@@ -9,6 +9,7 @@
 
 #include <boost/hana/zip.hpp>
 
+#include "pgmutex/backend.hpp"
 #include "pgmutex/describe/options.hpp"
 #include "pgmutex/describe/record.hpp"
 #include "pgmutex/table_name.hpp"
@@ -68,6 +69,18 @@ Result<void> validate_lock_name(std::string_view name, std::string_view option) 
   if (*length > max_name_chars)
     return fail(Errc::invalid_argument, label + " must be at most 64 characters, got " +
                                             std::to_string(*length));
+  return {};
+}
+
+Result<void> validate_election_value(std::string_view lock_name, std::string_view value) {
+  const std::string label = "the value for election '" + std::string(lock_name) + "'";
+  if (value.size() > max_election_value_bytes)
+    return fail(Errc::invalid_argument, label + " is " + std::to_string(value.size()) + " bytes; at most " +
+                                            std::to_string(max_election_value_bytes) +
+                                            ": it rides on a NOTIFY, whose payload Postgres limits to 8000 bytes");
+  if (value.find('\0') != std::string_view::npos)
+    return fail(Errc::invalid_argument, label + " must not contain a NUL byte");
+  if (!utf8_length(value)) return fail(Errc::invalid_argument, label + " must be valid UTF-8");
   return {};
 }
 

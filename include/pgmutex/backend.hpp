@@ -345,3 +345,5 @@ concept BackendShares = requires(const B& b) {
 
 // The queue's part of the contract, in its own file (it needs the types above).
 #include "pgmutex/backend_queue.hpp"  // IWYU pragma: export
+// The election's part, likewise.
+#include "pgmutex/backend_election.hpp"  // IWYU pragma: export

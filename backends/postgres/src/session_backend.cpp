@@ -220,6 +220,21 @@ Result<QueuePlace> SessionBackend::enqueue(const AcquireRequest& request,
   }
 }
 
+Result<LeaderRecord> SessionBackend::leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.leader(lock, stale_threshold);
+}
+
+Result<LeaderRecord> SessionBackend::announce(const HolderKey& key, std::string_view value) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.announce(key, value);
+}
+
+Result<LeaderRecord> SessionBackend::vacate(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.vacate(key);
+}
+
 Result<void> SessionBackend::dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept {
   if (!impl_) return moved_from();
   impl_->core().forget_place(request.lock.table, ticket);

@@ -157,6 +157,11 @@ std::string quoted_queue(std::string_view table) {
   return quote_parts(TableName{parts.schema, derived_identifier("", parts.name, "_queue")});
 }
 
+std::string quoted_election(std::string_view table) {
+  const TableName parts = parts_of(table);
+  return quote_parts(TableName{parts.schema, derived_identifier("", parts.name, "_election")});
+}
+
 }  // namespace sql_parts
 
 namespace {
@@ -195,7 +200,7 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v9");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v10");
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;
@@ -339,6 +344,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
             "SELECT " + row_columns + " FROM " + t + " WHERE locked = 1" + no_marker + " ORDER BY lock_name"};
   s.force_release = handoff_release(table, false, "pgmutex_force_release" + suffix);
   add_queue_statements(s, table, suffix);
+  add_election_statements(s, table, suffix);
   return s;
 }
 
@@ -418,7 +424,7 @@ std::string create_schema_sql(std::string_view table) {
          "::regclass AND o.option_name = 'fillfactor')\n"
          "     AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = " + t_literal + "::regclass), 'USAGE') THEN\n"
          "    ALTER TABLE " + t + " SET (fillfactor = " + std::string(fillfactor) + ");\n  END IF;\n"
-         "END $pgmutex$;\n" + create_queue_sql(table);
+         "END $pgmutex$;\n" + create_queue_sql(table) + create_election_sql(table);
 }
 
 }  // namespace pgmutex::postgres_detail

@@ -57,6 +57,17 @@ struct TableStatements {
   // No parameters. Every waiter: lock, ticket, instance, host, pid, seconds
   // waiting, offered, alive; by lock, then in queue order.
   Statement list_queue;
+
+  // --- the election (issue 18; election_sql.cpp). The leader is the lock's
+  // holder; its announcements are keyed by its grant as a heartbeat is.
+  // $1 lock, $2 the reader's stale seconds. Returns the election row (or
+  // NULLs), the lock row's fence (0: none), its age, whether it is live.
+  Statement leader;
+  // $1..$5 a heartbeat's key and lock_timeout, $6 value, $7 lock hash.
+  // Returns whether the key held the lock, then the election row as it is now.
+  Statement announce;
+  // $1..$5 as announce, $6 lock hash. Returns as announce.
+  Statement vacate;
 };
 
 // The failover grace's marker row: lock_name '' (validate_lock_name allows
@@ -77,6 +88,8 @@ std::string sql_table(std::string_view table);
 std::string sql_fence_sequence(std::string_view table);
 // The queue of waiters next to the table: mutex_lock -> mutex_lock_queue.
 std::string sql_queue_table(std::string_view table);
+// The announced leaders next to the table: mutex_lock -> mutex_lock_election.
+std::string sql_election_table(std::string_view table);
 
 // create_schema's whole work, one multi-statement string that the server runs
 // as one implicit transaction: serialized by an advisory lock, it creates the

@@ -17,6 +17,7 @@ std::string oid_of(std::string_view table);
 std::string channel_sql(std::string_view table, std::string_view hash_param);
 // "schema"."table_queue", every part quoted.
 std::string quoted_queue(std::string_view table);
+std::string quoted_election(std::string_view table);
 
 // The seconds from `column` to now(), never below 0: now() is the
 // statement's transaction start, and a heartbeat committed between that and
@@ -58,4 +59,6 @@ struct TableStatements;
 Statement handoff_release(std::string_view table, bool keyed, const std::string& name);
 void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix);
 std::string create_queue_sql(std::string_view table);
+void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix);
+std::string create_election_sql(std::string_view table);
 }  // namespace pgmutex::postgres_detail

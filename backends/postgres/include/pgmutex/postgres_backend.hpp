@@ -146,6 +146,11 @@ class PostgresBackend {
   Result<std::vector<QueuedWaiterRow>> list_queue(std::string_view table) noexcept;
   Result<std::optional<LockRow>> force_release(LockRef lock) noexcept;
 
+  // --- elections (BackendKeepsElections; election_operations.cpp)
+  Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
+  Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
+  Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;

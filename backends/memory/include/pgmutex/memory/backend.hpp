@@ -207,6 +207,51 @@ class MemoryBackend {
     });
   }
 
+  // ---- elections (BackendKeepsElections; memory/elections.hpp) -----------
+
+  Result<LeaderRecord> leader(LockRef lock_ref, std::chrono::nanoseconds stale_threshold) noexcept {
+    server_->delay();
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, statement_timeout_) : std::nullopt)
+      return tl::unexpected(std::move(*hung));
+    detail::LightLock lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto table = server_->table(lock_ref.table);
+    if (!table) return tl::unexpected(table.error());
+    LeaderRecord out;
+    if (const auto e = (*table)->elections.find(lock_ref.lock_name); e != (*table)->elections.end())
+      out = record_of(e->second);
+    if (const auto r = (*table)->rows.find(lock_ref.lock_name); r != (*table)->rows.end() && r->second.present) {
+      out.lock_fence = r->second.fence;
+      out.seconds_since_heartbeat = server_->age_seconds(r->second);
+      out.lock_live = r->second.last_heartbeat >= server_->now() - std::max(stale_threshold, r->second.stale_threshold);
+    }
+    return out;
+  }
+
+  Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept {
+    if (auto valid = validate_election_value(key.lock.lock_name, value); !valid) return tl::unexpected(valid.error());
+    LeaderRecord out;
+    auto done = on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
+      auto& e = table.elections.try_emplace(std::string(key.lock.lock_name)).first->second;
+      if (detail::announce_term(e, row.fence, value, row.instance_id, row.holder_host, server_->now())) server_->flush();
+      out = record_of(e);
+    });
+    return announced(done, key, std::move(out), "announce");
+  }
+
+  Result<LeaderRecord> vacate(const HolderKey& key) noexcept {
+    LeaderRecord out;
+    auto done = on_holder_row(key, [&](MemoryServer::Row&, MemoryServer::Table& table) {
+      auto& e = table.elections.try_emplace(std::string(key.lock.lock_name)).first->second;
+      if (detail::vacate_term(e, key.fence)) server_->flush();
+      out = record_of(e);
+    });
+    if (!done) return tl::unexpected(std::move(done.error()));
+    out.lock_fence = key.fence;
+    out.lock_live = true;
+    return out;
+  }
+
   // ---- the queue (BackendQueuesWaiters, BackendPollsQueue) ----------------
 
   // A place at the back of the lock's line, with request.token as the waiter token.
@@ -361,6 +406,32 @@ class MemoryBackend {
     change(*row, *found->table);
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
     return {};
+  }
+
+  // ---- elections' records ----------------------------------------------------
+
+  LeaderRecord record_of(const detail::ElectionEntry& e) const {
+    LeaderRecord out;
+    out.term = e.term;
+    out.change = e.change;
+    out.announced = e.announced;
+    out.value = e.value;
+    out.instance_id = e.instance_id;
+    out.host = e.host;
+    out.since_us = std::chrono::duration_cast<std::chrono::microseconds>(server_->wall(e.since).time_since_epoch()).count();
+    return out;
+  }
+
+  // An announce's answer: the holder's term announced now, else its term is over.
+  static Result<LeaderRecord> announced(Result<void>& done, const HolderKey& key, LeaderRecord out, std::string_view what) {
+    if (!done) return tl::unexpected(std::move(done.error()));
+    if (out.term != key.fence || !out.announced)
+      return fail(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "': cannot " + std::string(what) +
+                                           ": instance '" + std::string(key.instance_id) + "' no longer holds term " +
+                                           std::to_string(key.fence) + " (it was vacated)");
+    out.lock_fence = key.fence;
+    out.lock_live = true;
+    return out;
   }
 
   // ---- the queue's rules, called with the server's mutex held -------------

@@ -26,6 +26,7 @@
 #include "pgmutex/backend.hpp"
 #include "pgmutex/detail/light_mutex.hpp"
 #include "pgmutex/error.hpp"
+#include "pgmutex/memory/elections.hpp"
 #include "pgmutex/memory/fault_plan.hpp"
 #include "pgmutex/memory/hung_connections.hpp"
 #include "pgmutex/memory/waiter_queue.hpp"
@@ -206,6 +207,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
       table.grace_history = copy == standby_.end() ? 0 : copy->second.grace_history;
       table.grace_since = copy == standby_.end() ? std::chrono::nanoseconds{} : copy->second.grace_since;
       table.grace_longest = copy == standby_.end() ? std::chrono::nanoseconds{} : copy->second.grace_longest;
+      if (copy == standby_.end()) table.elections.clear();
+      else table.elections = copy->second.elections;
       for (auto& [lock_name, row] : table.rows) {
         const Row* copied = nullptr;
         if (copy != standby_.end())
@@ -336,6 +339,8 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     std::unordered_map<std::string, detail::WaiterQueue, StringHash, std::equal_to<>> queues;
     std::size_t waiting = 0;
     std::int64_t last_ticket = 0;  // like the queue's identity column
+    // Elections, per lock (memory/elections.hpp): kept while nobody leads.
+    std::unordered_map<std::string, detail::ElectionEntry, StringHash, std::equal_to<>> elections;
   };
 
   // Called with mutex_ held: a waiter lives while its connection is open.

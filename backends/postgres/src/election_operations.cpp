@@ -1,0 +1,106 @@
+// The election's operations (BackendKeepsElections) on PostgresBackend: who
+// leads, in one read, and the holder's announce and vacate, each one
+// statement of election_sql.cpp keyed by the holder's grant.
+#include <cstdlib>
+
+#include "backend_impl.hpp"
+#include "statement_values.hpp"
+
+namespace pgmutex {
+
+using namespace postgres_detail;
+
+namespace {
+
+std::int64_t int64_at(const Rows& rows, std::size_t c) { return std::strtoll(rows.text(0, c).c_str(), nullptr, 10); }
+double double_at(const Rows& rows, std::size_t c) { return std::strtod(rows.text(0, c).c_str(), nullptr); }
+
+// The election row's columns from `c` on (election_sql.cpp's record_columns);
+// NULL: never announced.
+void read_record(const Rows& rows, std::size_t c, LeaderRecord& out) {
+  if (rows.is_null(0, c)) return;
+  out.term = int64_at(rows, c);
+  out.change = int64_at(rows, c + 1);
+  out.announced = rows.text(0, c + 2) == "t";
+  out.value = rows.text(0, c + 3);
+  out.instance_id = rows.text(0, c + 4);
+  out.host = rows.text(0, c + 5);
+  out.since_us = int64_at(rows, c + 6);
+}
+
+tl::unexpected<Error> term_over(const HolderKey& key, std::string_view what) {
+  return fail(Errc::lock_not_held, lock_context(key.lock) + ": cannot " + std::string(what) + ": instance '" +
+                                       std::string(key.instance_id) + "' no longer holds term " +
+                                       std::to_string(key.fence) + " (its grant ended)");
+}
+
+}  // namespace
+
+Result<LeaderRecord> PostgresBackend::leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<LeaderRecord>(
+      lock.table, "read the leader of " + lock_context(lock), Effect::read, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<LeaderRecord> {
+        auto rows = session.run(st.leader, {std::string(lock.lock_name), seconds_param(stale_threshold)}, bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        LeaderRecord out;
+        read_record(*rows, 0, out);
+        out.lock_fence = int64_at(*rows, 7);
+        out.seconds_since_heartbeat = double_at(*rows, 8);
+        out.lock_live = rows->text(0, 9) == "t";
+        return out;
+      });
+}
+
+Result<LeaderRecord> PostgresBackend::announce(const HolderKey& key, std::string_view value) noexcept {
+  if (!impl_) return moved_from();
+  if (auto valid = validate_election_value(key.lock.lock_name, value); !valid) return tl::unexpected(valid.error());
+  bool held = false;
+  auto record = impl_->on_table<LeaderRecord>(
+      key.lock.table, "announce the leader of " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<LeaderRecord> {
+        auto rows = session.run(st.announce,
+                                {std::string(key.lock.lock_name), std::string(key.instance_id),
+                                 std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param(),
+                                 std::string(value), lock_hash(key.lock.lock_name)},
+                                bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        LeaderRecord out;
+        held = !rows->empty() && rows->text(0, 0) == "t";
+        if (!rows->empty()) read_record(*rows, 1, out);
+        return out;
+      });
+  if (!record) return record;
+  // Held, but its term vacated already (a resign under way): over, too.
+  if (!held || record->term != key.fence || !record->announced) return term_over(key, "announce");
+  record->lock_fence = key.fence;
+  record->lock_live = true;
+  return record;
+}
+
+Result<LeaderRecord> PostgresBackend::vacate(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  bool held = false;
+  auto record = impl_->on_table<LeaderRecord>(
+      key.lock.table, "vacate the leadership of " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<LeaderRecord> {
+        auto rows = session.run(st.vacate,
+                                {std::string(key.lock.lock_name), std::string(key.instance_id),
+                                 std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param(),
+                                 lock_hash(key.lock.lock_name)},
+                                bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        LeaderRecord out;
+        held = !rows->empty() && rows->text(0, 0) == "t";
+        if (!rows->empty()) read_record(*rows, 1, out);
+        return out;
+      });
+  if (!record) return record;
+  // Vacated now, or by an earlier try whose reply was lost, or never announced: done.
+  if (!held) return term_over(key, "vacate");
+  record->lock_fence = key.fence;
+  record->lock_live = true;
+  return record;
+}
+
+}  // namespace pgmutex

@@ -1,0 +1,126 @@
+// The text of the election's statements (issue 18): the table of announced leaders next to the lock table, who leads
+// (one read), an announcement (elected, or a proclaim within the term) and a
+// vacate (resign). The term is the lock grant's fence; the leader is the
+// lock's holder, so every write is keyed by the holder's grant exactly as a
+// heartbeat is, and locks the lock row before the election row (queue_sql.cpp's
+// lock order). Observers are told on the lock's channel plus "_e".
+#include <string>
+
+#include "pgmutex/backend.hpp"
+#include "pgmutex/table_name.hpp"
+#include "sql.hpp"
+#include "sql_parts.hpp"
+
+namespace pgmutex::postgres_detail {
+
+using namespace sql_parts;
+
+namespace {
+
+// The holder's own lock row, locked: the key of a heartbeat ($1 lock, $2
+// instance, $3 fence, $4 token), after cfg set the lock timeout ($5).
+std::string holder_row(const std::string& t) {
+  return " me AS (SELECT t.fence, t.instance_id, t.holder_host FROM " + t + " AS t, cfg WHERE t.locked = 1"
+         " AND t.lock_name = $1 AND t.instance_id = $2 AND t.fence = $3 AND coalesce(t.grant_token, 0) = $4::bigint"
+         " FOR UPDATE OF t),";
+}
+
+// An election row's columns (of `row`), as election_operations.cpp's read_record reads them.
+std::string record_columns(const std::string& row) {
+  const std::string r = row + ".";
+  return r + "term, " + r + "change_no, " + r + "announced, " + r + "leader_value, " + r + "instance_id, coalesce(" + r +
+         "holder_host, ''), (extract(epoch FROM " + r + "since) * 1000000)::bigint";
+}
+
+// 'e:<kind>:<change>:<term>', what observers are told ($h: the lock hash).
+std::string notify(std::string_view table, std::string_view hash, std::string_view kind, std::string_view row) {
+  return "pg_notify(" + channel_sql(table, hash) + " || '_e', 'e:' || " + std::string(kind) + " || ':' || " +
+         std::string(row) + ".change_no || ':' || " + std::string(row) + ".term)";
+}
+
+}  // namespace
+
+std::string sql_election_table(std::string_view table) {
+  const TableName parts = parse_table_name(table).value();
+  return sql_name(TableName{parts.schema, derived_identifier("", parts.name, "_election")});
+}
+
+// One row per lock that was ever led, kept while nobody leads, so that
+// change_no counts every announcement of the lock without a gap (observers
+// compare counts, never terms: fences are not contiguous). The value's bound
+// keeps it, with the header, inside one NOTIFY (8000 bytes).
+std::string create_election_sql(std::string_view table) {
+  const TableName parts = parse_table_name(table).value();
+  const std::string pkey = sql_identifier(derived_identifier("", parts.name, "_election_pkey"));
+  return "CREATE TABLE IF NOT EXISTS " + quoted_election(table) + " (\n"
+         "  lock_name      VARCHAR(64) NOT NULL,\n"
+         "  term           BIGINT NOT NULL,\n"
+         "  change_no      BIGINT NOT NULL,\n"
+         "  announced      BOOLEAN NOT NULL,\n"
+         "  leader_value   TEXT NOT NULL CHECK (octet_length(leader_value) <= " +
+         std::to_string(max_election_value_bytes) + "),\n"
+         "  instance_id    VARCHAR(64) NOT NULL,\n"
+         "  holder_host    TEXT,\n"
+         "  since          TIMESTAMPTZ NOT NULL,\n"
+         "  changed_at     TIMESTAMPTZ NOT NULL,\n"
+         "  CONSTRAINT " + pkey + " PRIMARY KEY (lock_name)\n"
+         ") WITH (fillfactor = 50);\n";
+}
+
+void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
+  const std::string t = quote_table(table);
+  const std::string e = quoted_election(table);
+
+  // Who leads: $1 lock, $2 the reader's stale threshold (seconds). Leading:
+  // announced, not vacated, and the lock row live under the same fence.
+  s.leader = {"pgmutex_leader" + suffix,
+              "SELECT " + record_columns("e") + ", coalesce(t.fence, 0), coalesce(" +
+                  seconds_since("t.last_heartbeat") + ", 0),"
+                  " coalesce(t.last_heartbeat >= now() - greatest($2::float8, coalesce(t.holder_stale_s, 0))"
+                  " * interval '1 second', false)"
+                  " FROM (VALUES (1)) AS one(x) LEFT JOIN " + e + " AS e ON e.lock_name = $1"
+                  " LEFT JOIN " + t + " AS t ON t.locked = 1 AND t.lock_name = $1"};
+
+  // An announcement by the holder of the lock ($1..$5 a heartbeat's key and
+  // lock timeout, $6 the value, $7 the lock hash): a new term is elected, the
+  // same term with another value proclaimed; the same value again, or a term
+  // already vacated, writes nothing (a retry after a lost reply is harmless).
+  // Returns whether the key held the lock, then the row as it is now.
+  s.announce = {
+      "pgmutex_announce" + suffix,
+      "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
+      + holder_row(t) +
+      " prev AS (SELECT term FROM " + e + " WHERE lock_name = $1),"
+      " up AS (INSERT INTO " + e + " AS e (lock_name, term, change_no, announced, leader_value, instance_id,"
+      " holder_host, since, changed_at)"
+      " SELECT $1, me.fence, 1, true, $6::text, me.instance_id, me.holder_host, now(), now() FROM me"
+      " ON CONFLICT (lock_name) DO UPDATE SET term = excluded.term, change_no = e.change_no + 1, announced = true,"
+      " leader_value = excluded.leader_value, instance_id = excluded.instance_id, holder_host = excluded.holder_host,"
+      " since = CASE WHEN e.term = excluded.term THEN e.since ELSE now() END, changed_at = now()"
+      " WHERE e.term < excluded.term OR (e.term = excluded.term AND e.announced"
+      " AND e.leader_value IS DISTINCT FROM excluded.leader_value)"
+      " RETURNING e.*),"
+      " now_row AS (SELECT * FROM up UNION ALL SELECT * FROM " + e + " WHERE lock_name = $1"
+      " AND NOT EXISTS (SELECT 1 FROM up))"
+      " SELECT EXISTS (SELECT 1 FROM me), " + record_columns("now_row") + ","
+      " CASE WHEN EXISTS (SELECT 1 FROM up) THEN " +
+          notify(table, "$7", "CASE WHEN (SELECT term FROM prev) = now_row.term THEN 'p' ELSE 'l' END", "now_row") +
+      " END FROM now_row"};
+
+  // The holder gives its term up ($1..$5 as above, $6 the lock hash): the
+  // row stays, not leading, and the count moves on. Returns whether the key
+  // held the lock, then the row as it is now (already vacated: unchanged).
+  s.vacate = {
+      "pgmutex_vacate" + suffix,
+      "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
+      + holder_row(t) +
+      " up AS (UPDATE " + e + " AS e SET announced = false, change_no = e.change_no + 1, changed_at = now()"
+      " FROM me WHERE e.lock_name = $1 AND e.term = me.fence AND e.announced RETURNING e.*),"
+      " now_row AS (SELECT * FROM up UNION ALL SELECT * FROM " + e + " WHERE lock_name = $1"
+      " AND NOT EXISTS (SELECT 1 FROM up))"
+      " SELECT EXISTS (SELECT 1 FROM me), " + record_columns("now_row") + ","
+      " CASE WHEN EXISTS (SELECT 1 FROM up) THEN " + notify(table, "$6", "'v'", "now_row") +
+      " END FROM (VALUES (1)) AS one(x) LEFT JOIN now_row ON true"};
+}
+
+}  // namespace pgmutex::postgres_detail

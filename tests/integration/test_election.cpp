@@ -1,0 +1,245 @@
+// [election][sql]: the election's statements on a real server (issue 18,
+// phase 1: election_sql.cpp through PostgresBackend). Who leads, in one read;
+// the holder's announce (elected, proclaimed, a retry changing nothing) and
+// vacate, each keyed by its grant; a stale key refused with nothing changed;
+// the table made next to a seed-made one; observers told on the lock's
+// channel plus "_e"; the value's bound on both sides; a table not upgraded;
+// the same through a Session.
+#include <pqxx/pqxx>
+
+#include <vector>
+
+#include "pgmutex/session.hpp"
+#include "sql.hpp"  // the backend's own channel name, to LISTEN as an observer will
+#include "support.hpp"
+
+using namespace itest;
+using pgmutex::AcquireRequest;
+using pgmutex::Errc;
+using pgmutex::HolderKey;
+using pgmutex::LeaderRecord;
+using pgmutex::LockRef;
+using pgmutex::PostgresBackend;
+
+namespace {
+
+// create_schema, its error shown if it fails.
+void make(PostgresBackend& backend, const std::string& table) {
+  auto made = backend.create_schema(table);
+  INFO((made ? std::string() : made.error().message()));
+  REQUIRE(made);
+}
+
+// The holder's key after a won try (its views: the caller's table, and literals).
+HolderKey hold(PostgresBackend& backend, const std::string& table, std::string_view lock, std::string_view who,
+               pgmutex::GrantToken token) {
+  AcquireRequest r{LockRef{table, lock}, who, 60s, token, 5s};
+  auto won = backend.try_acquire(r);
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  return HolderKey{LockRef{table, lock}, who, won->fence, token, 5s};
+}
+
+// Payloads on the election channel of one lock, as an observer hears them.
+struct Told : pqxx::notification_receiver {
+  Told(pqxx::connection_base& c, const std::string& channel) : pqxx::notification_receiver(c, channel) {}
+  void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+  std::vector<std::string> payloads;
+};
+
+std::string election_channel(const std::string& table, const std::string& lock) {
+  const auto oid = admin("SELECT '" + table + "'::regclass::oid::bigint")[0][0].as<std::string>();
+  return pgmutex::postgres_detail::release_channel(oid, lock) + "_e";
+}
+
+// Waits up to 5 s until `told` has heard `n` payloads.
+void hear(pqxx::connection& c, Told& told, std::size_t n) {
+  for (int i = 0; i < 50 && told.payloads.size() < n; ++i) c.await_notification(0, 100'000);
+}
+
+}  // namespace
+
+TEST_CASE("the election table: made next to the lock table, again harmlessly, and next to a seed-made one",
+          "[election][sql]") {
+  PostgresBackend backend("");
+  const std::string table = fresh_table("election_schema");
+  make(backend, table);
+  make(backend, table);
+  CHECK(admin("SELECT to_regclass('" + table + "_election') IS NOT NULL")[0][0].as<bool>());
+
+  const std::string seeded = seed_made_table("election_seed");
+  make(backend, seeded);
+  CHECK(admin("SELECT to_regclass('" + seeded + "_election') IS NOT NULL")[0][0].as<bool>());
+  auto nobody = backend.leader(LockRef{seeded, "job"}, 60s);
+  REQUIRE(nobody);
+  CHECK(nobody->term == 0);
+  CHECK_FALSE(nobody->leading());
+}
+
+TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to observers", "[election][sql]") {
+  PostgresBackend backend("");
+  const std::string table = fresh_table("election_cycle");
+  make(backend, table);
+  pqxx::connection listener("");
+  Told told(listener, election_channel(table, "leader"));
+
+  // Nobody leads yet.
+  auto before = backend.leader(LockRef{table, "leader"}, 60s);
+  REQUIRE(before);
+  CHECK_FALSE(before->leading());
+  CHECK(before->change == 0);
+
+  const HolderKey a = hold(backend, table, "leader", "a", 11);
+  auto elected = backend.announce(a, "10.0.0.1:80");
+  REQUIRE(elected);
+  CHECK(elected->term == a.fence);
+  CHECK(elected->change == 1);
+  CHECK(elected->leading());
+  CHECK(elected->value == "10.0.0.1:80");
+  CHECK(elected->instance_id == "a");
+  CHECK_FALSE(elected->host.empty());
+
+  auto read = backend.leader(LockRef{table, "leader"}, 60s);
+  REQUIRE(read);
+  CHECK(read->leading());
+  CHECK(read->term == a.fence);
+  CHECK(read->value == "10.0.0.1:80");
+  CHECK(read->lock_fence == a.fence);
+
+  // A proclaim keeps the term and its start; the same value again changes nothing.
+  auto proclaimed = backend.announce(a, "10.0.0.1:81");
+  REQUIRE(proclaimed);
+  CHECK(proclaimed->term == a.fence);
+  CHECK(proclaimed->change == 2);
+  CHECK(proclaimed->since_us == elected->since_us);
+  auto again = backend.announce(a, "10.0.0.1:81");
+  REQUIRE(again);
+  CHECK(again->change == 2);
+
+  // A key that does not hold the lock (another token) is refused, nothing changed.
+  HolderKey stranger = a;
+  stranger.token = 12;
+  auto refused = backend.announce(stranger, "evil");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == Errc::lock_not_held);
+  CHECK(backend.leader(LockRef{table, "leader"}, 60s)->value == "10.0.0.1:81");
+
+  // Resign: vacate, then release. A vacate tried again (a lost reply) is done already.
+  auto vacated = backend.vacate(a);
+  REQUIRE(vacated);
+  CHECK(vacated->change == 3);
+  CHECK_FALSE(vacated->leading());
+  auto vacated_again = backend.vacate(a);
+  REQUIRE(vacated_again);
+  CHECK(vacated_again->change == 3);
+  // A vacated term cannot be proclaimed again.
+  auto late = backend.announce(a, "10.0.0.1:82");
+  REQUIRE_FALSE(late);
+  CHECK(late.error() == Errc::lock_not_held);
+  REQUIRE(backend.release(a));
+
+  // The successor's term is higher; the count goes on.
+  const HolderKey b = hold(backend, table, "leader", "b", 21);
+  auto next = backend.announce(b, "10.0.0.2:80");
+  REQUIRE(next);
+  CHECK(next->term > a.fence);
+  CHECK(next->change == 4);
+
+  hear(listener, told, 4);
+  REQUIRE(told.payloads.size() == 4);  // the idempotent retry, the refusals and the second vacate told nothing
+  CHECK(told.payloads[0] == "e:l:1:" + std::to_string(a.fence));
+  CHECK(told.payloads[1] == "e:p:2:" + std::to_string(a.fence));
+  CHECK(told.payloads[2] == "e:v:3:" + std::to_string(a.fence));
+  CHECK(told.payloads[3] == "e:l:4:" + std::to_string(b.fence));
+}
+
+TEST_CASE("who leads: a term whose grant went stale or was taken over leads no more", "[election][sql]") {
+  PostgresBackend backend("");
+  const std::string table = fresh_table("election_stale");
+  make(backend, table);
+  const HolderKey a = hold(backend, table, "leader", "a", 31);
+  REQUIRE(backend.announce(a, "x"));
+  // The holder stopped beating an hour ago (its stored threshold is 60 s).
+  admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'leader'");
+  auto stale = backend.leader(LockRef{table, "leader"}, 60s);
+  REQUIRE(stale);
+  CHECK(stale->announced);
+  CHECK_FALSE(stale->lock_live);
+  CHECK_FALSE(stale->leading());
+  // A plain try takes the stale lock over: a new fence, not announced.
+  const HolderKey b = hold(backend, table, "leader", "b", 32);
+  auto taken = backend.leader(LockRef{table, "leader"}, 60s);
+  REQUIRE(taken);
+  CHECK(taken->lock_fence == b.fence);
+  CHECK(taken->term == a.fence);
+  CHECK_FALSE(taken->leading());
+  // The old term can neither proclaim nor vacate.
+  CHECK(backend.announce(a, "y").error() == Errc::lock_not_held);
+  CHECK(backend.vacate(a).error() == Errc::lock_not_held);
+}
+
+TEST_CASE("a value's bound: refused before any statement, and by the table itself", "[election][sql]") {
+  PostgresBackend backend("");
+  const std::string table = fresh_table("election_value");
+  make(backend, table);
+  const HolderKey a = hold(backend, table, "leader", "a", 41);
+  const std::string largest(pgmutex::max_election_value_bytes, 'v');
+  auto fits = backend.announce(a, largest);
+  REQUIRE(fits);
+  CHECK(fits->value == largest);
+
+  auto oversized = backend.announce(a, largest + "v");
+  REQUIRE_FALSE(oversized);
+  CHECK(oversized.error() == Errc::invalid_argument);
+  CHECK_THAT(oversized.error().message(), Catch::Contains("7169 bytes; at most 7168") && Catch::Contains("NOTIFY"));
+  CHECK(backend.announce(a, std::string("a\0b", 3)).error() == Errc::invalid_argument);
+  CHECK(backend.announce(a, "\xff").error() == Errc::invalid_argument);
+  CHECK(backend.leader(LockRef{table, "leader"}, 60s)->value == largest);
+  // SQL that skips the library meets the CHECK.
+  CHECK_THROWS(admin("UPDATE " + table + "_election SET leader_value = repeat('v', 7169)"));
+}
+
+TEST_CASE("a lock table not upgraded since elections came: the election's statements say what to run",
+          "[election][sql]") {
+  PostgresBackend backend("");
+  const std::string table = fresh_table("election_old");
+  make(backend, table);
+  admin("DROP TABLE " + table + "_election");  // as made by a pgmutex before elections
+  const HolderKey a = hold(backend, table, "leader", "a", 51);  // locks still work
+  auto refused = backend.announce(a, "x");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == Errc::schema_missing);
+  CHECK_THAT(refused.error().message(), Catch::Contains("pgmutex schema"));
+  CHECK(backend.leader(LockRef{table, "leader"}, 60s).error() == Errc::schema_missing);
+  REQUIRE(backend.release(a));
+  make(backend, table);  // the upgrade
+  const HolderKey b = hold(backend, table, "leader", "b", 52);
+  CHECK(backend.announce(b, "x"));
+}
+
+TEST_CASE("elections through a Session: its connection, the same rules", "[election][sql][session]") {
+  const std::string table = fresh_table("election_session");
+  auto session = pgmutex::Session::create("");
+  auto backend = session->backend();
+  REQUIRE(backend.create_schema(table));
+  AcquireRequest r{LockRef{table, "leader"}, "s", 60s, 61, 5s};
+  auto won = backend.try_acquire(r);
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  const HolderKey key{LockRef{table, "leader"}, "s", won->fence, 61, 5s};
+  auto elected = backend.announce(key, "on a session");
+  REQUIRE(elected);
+  CHECK(elected->term == won->fence);
+  auto read = backend.leader(LockRef{table, "leader"}, 60s);
+  REQUIRE(read);
+  CHECK(read->leading());
+  CHECK(read->value == "on a session");
+  auto vacated = backend.vacate(key);
+  REQUIRE(vacated);
+  CHECK_FALSE(vacated->leading());
+  CHECK(vacated->change == 2);
+  HolderKey other = key;
+  other.fence += 1;
+  CHECK(backend.announce(other, "x").error() == Errc::lock_not_held);
+  REQUIRE(backend.release(key));
+}
