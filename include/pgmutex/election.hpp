@@ -83,6 +83,7 @@ class BasicElection {
     auto* state = detail::AsyncAccess::guard_state(*guard);
     auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
     if (!announced) {
+      (void)detail::vacate_grant(*state, detail::AsyncAccess::generation(*guard));  // a landed announce is undone
       (void)guard->release(nothrow);  // the next in line goes on
       return tl::unexpected(std::move(announced.error()));
     }

@@ -35,20 +35,27 @@ struct ElectionAccess;  // see election.hpp
 
 // The holder of grant `which` announces `value` (elected or proclaimed), or
 // vacates its term: one statement each, under the mutex's I/O gate, keyed by
-// the grant as its heartbeat is. Refused without a statement once the lease
-// is over on this process's clock: a leader never announces past its lease.
+// the grant as its heartbeat is. An announce is refused without a statement
+// once the lease is over on this process's clock, checked again once the gate
+// is ours (a hung statement before it may have outlasted the lease), and the
+// server refuses one whose row went stale: a leader never announces past its
+// lease. A vacate goes out whenever the grant is still owned, lost or not.
 template <class State>
 Result<LeaderRecord> announce_grant(State& s, std::uint64_t which, std::string_view value) {
-  if (!s.grant_holds(which)) return fail(Errc::lock_not_held, s.io.context() + ": the term's lease is over");
+  const auto over = [&] { return fail(Errc::lock_not_held, s.io.context() + ": the term's lease is over"); };
+  if (!s.grant_holds(which)) return over();
   auto grant = s.book.beat_grant(which, s.clock.now());
   if (!grant) return fail(Errc::lock_not_held, s.io.context() + ": " + grant.error().detail);
-  return s.io.run([&](auto& backend) { return backend.announce(s.io.key_of(*grant), value); });
+  return s.io.run([&](auto& backend) -> Result<LeaderRecord> {
+    if (!s.grant_holds(which)) return over();
+    return backend.announce(s.io.key_of(*grant), value);
+  });
 }
 
 template <class State>
 Result<LeaderRecord> vacate_grant(State& s, std::uint64_t which) {
-  auto grant = s.book.beat_grant(which, s.clock.now());
-  if (!grant) return fail(Errc::lock_not_held, s.io.context() + ": " + grant.error().detail);
+  auto grant = s.book.owned(which);
+  if (!grant) return fail(Errc::lock_not_held, s.io.context() + ": the term ended already");
   return s.io.run([&](auto& backend) { return backend.vacate(s.io.key_of(*grant)); });
 }
 

@@ -164,6 +164,9 @@ TEST_CASE("who leads: a term whose grant went stale or was taken over leads no m
   REQUIRE(backend.announce(a, "x"));
   // The holder stopped beating an hour ago (its stored threshold is 60 s).
   admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'leader'");
+  // Its lease ran out: it announces nothing more, even before anyone takes over.
+  CHECK(backend.announce(a, "x2").error() == Errc::lock_not_held);
+  CHECK(backend.leader(LockRef{table, "leader"}, 60s)->value == "x");
   auto stale = backend.leader(LockRef{table, "leader"}, 60s);
   REQUIRE(stale);
   CHECK(stale->announced);
