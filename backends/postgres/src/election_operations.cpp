@@ -52,24 +52,39 @@ Result<LeaderRecord> PostgresBackend::leader(LockRef lock, std::chrono::nanoseco
       });
 }
 
-Result<LeaderRecord> PostgresBackend::announce(const HolderKey& key, std::string_view value) noexcept {
-  if (!impl_) return moved_from();
-  if (auto valid = validate_election_value(key.lock.lock_name, value); !valid) return tl::unexpected(valid.error());
-  bool held = false;
-  auto record = impl_->on_table<LeaderRecord>(
-      key.lock.table, "announce the leader of " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
+namespace {
+
+// One keyed statement of the holder (announce or vacate): its parameters are
+// a heartbeat's key, the lock timeout, then `extra`, then the lock hash.
+// Sets `held`: whether the key held the lock. Returns the election row as it is now.
+template <class Impl>  // PostgresBackend::Impl, deduced (it is private)
+Result<LeaderRecord> keyed_statement(Impl& impl, const HolderKey& key, const std::string& what,
+                                     Statement TableStatements::*statement, const std::vector<std::string>& extra,
+                                     bool& held) {
+  return impl.template on_table<LeaderRecord>(
+      key.lock.table, what + " " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<LeaderRecord> {
-        auto rows = session.run(st.announce,
-                                {std::string(key.lock.lock_name), std::string(key.instance_id),
-                                 std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param(),
-                                 std::string(value), lock_hash(key.lock.lock_name)},
-                                bound);
+        std::vector<std::string> params{std::string(key.lock.lock_name), std::string(key.instance_id),
+                                        std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param()};
+        params.insert(params.end(), extra.begin(), extra.end());
+        params.push_back(lock_hash(key.lock.lock_name));
+        auto rows = session.run(st.*statement, params, bound);
         if (!rows) return tl::unexpected(std::move(rows.error()));
         LeaderRecord out;
         held = !rows->empty() && rows->text(0, 0) == "t";
         if (!rows->empty()) read_record(*rows, 1, out);
         return out;
       });
+}
+
+}  // namespace
+
+Result<LeaderRecord> PostgresBackend::announce(const HolderKey& key, std::string_view value) noexcept {
+  if (!impl_) return moved_from();
+  if (auto valid = validate_election_value(key.lock.lock_name, value); !valid) return tl::unexpected(valid.error());
+  bool held = false;
+  auto record = keyed_statement(*impl_, key, "announce the leader of", &TableStatements::announce,
+                                {std::string(value)}, held);
   if (!record) return record;
   // Held, but its term vacated already (a resign under way): over, too.
   if (!held || record->term != key.fence || !record->announced) return term_over(key, "announce");
@@ -81,20 +96,7 @@ Result<LeaderRecord> PostgresBackend::announce(const HolderKey& key, std::string
 Result<LeaderRecord> PostgresBackend::vacate(const HolderKey& key) noexcept {
   if (!impl_) return moved_from();
   bool held = false;
-  auto record = impl_->on_table<LeaderRecord>(
-      key.lock.table, "vacate the leadership of " + lock_context(key.lock), Effect::idempotent_write, key.timeout,
-      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<LeaderRecord> {
-        auto rows = session.run(st.vacate,
-                                {std::string(key.lock.lock_name), std::string(key.instance_id),
-                                 std::to_string(key.fence), token_param(key.token), bound.lock_timeout_param(),
-                                 lock_hash(key.lock.lock_name)},
-                                bound);
-        if (!rows) return tl::unexpected(std::move(rows.error()));
-        LeaderRecord out;
-        held = !rows->empty() && rows->text(0, 0) == "t";
-        if (!rows->empty()) read_record(*rows, 1, out);
-        return out;
-      });
+  auto record = keyed_statement(*impl_, key, "vacate the leadership of", &TableStatements::vacate, {}, held);
   if (!record) return record;
   // Vacated now, or by an earlier try whose reply was lost, or never announced: done.
   if (!held) return term_over(key, "vacate");
