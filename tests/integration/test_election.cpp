@@ -4,9 +4,11 @@
 // vacate, each keyed by its grant; a stale key refused with nothing changed;
 // the table made next to a seed-made one; observers told on the lock's
 // channel plus "_e"; the value's bound on both sides; a table not upgraded;
-// the same through a Session.
+// the same through a Session. Then Election and SessionElection ([api]).
 #include <pqxx/pqxx>
 
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "pgmutex/session.hpp"
@@ -16,6 +18,7 @@
 using namespace itest;
 using pgmutex::AcquireRequest;
 using pgmutex::Errc;
+using pgmutex::Fence;
 using pgmutex::HolderKey;
 using pgmutex::LeaderRecord;
 using pgmutex::LockRef;
@@ -161,6 +164,9 @@ TEST_CASE("who leads: a term whose grant went stale or was taken over leads no m
   REQUIRE(backend.announce(a, "x"));
   // The holder stopped beating an hour ago (its stored threshold is 60 s).
   admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'leader'");
+  // Its lease ran out: it announces nothing more, even before anyone takes over.
+  CHECK(backend.announce(a, "x2").error() == Errc::lock_not_held);
+  CHECK(backend.leader(LockRef{table, "leader"}, 60s)->value == "x");
   auto stale = backend.leader(LockRef{table, "leader"}, 60s);
   REQUIRE(stale);
   CHECK(stale->announced);
@@ -242,4 +248,39 @@ TEST_CASE("elections through a Session: its connection, the same rules", "[elect
   other.fence += 1;
   CHECK(backend.announce(other, "x").error() == Errc::lock_not_held);
   REQUIRE(backend.release(key));
+}
+
+TEST_CASE("Election and SessionElection: campaign, leader(), proclaim, resign to the next in line",
+          "[election][api]") {
+  const std::string table = fresh_table("election_api");
+  pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
+  a.create_schema();
+  auto session = pgmutex::Session::create("");
+  pgmutex::SessionElection b(session->backend(), options(table, "primary", "b"));
+  CHECK_FALSE(b.leader());
+
+  auto lead = a.campaign("10.0.0.1:80", 5s);
+  REQUIRE(lead);
+  auto now = b.leader();
+  REQUIRE(now);
+  CHECK(now->term == lead.term());
+  CHECK(now->value == "10.0.0.1:80");
+  CHECK(now->instance_id == "a");
+  lead.proclaim("10.0.0.1:81");
+  CHECK(b.leader()->value == "10.0.0.1:81");
+
+  // b waits in line while a leads; a resigns; b leads, with a higher term.
+  std::optional<pgmutex::SessionElection::leadership_type> next;
+  std::thread waiter([&] { next = b.campaign("10.0.0.2:80", 20s); });
+  for (int i = 0; i < 100 && admin("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>() == 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  const Fence first = lead.term();
+  lead.resign();
+  waiter.join();
+  REQUIRE(next);
+  REQUIRE(*next);
+  CHECK(next->term() > first);
+  CHECK(a.leader()->instance_id == "b");
+  next.reset();  // resigns
+  CHECK_FALSE(a.leader());
 }

@@ -19,9 +19,12 @@ namespace {
 
 // The holder's own lock row, locked: the key of a heartbeat ($1 lock, $2
 // instance, $3 fence, $4 token), after cfg set the lock timeout ($5).
-std::string holder_row(const std::string& t) {
+// `live`: and not stale by its holder's own threshold (an announce: a
+// leader whose lease ran out announces nothing, even if nobody took over).
+std::string holder_row(const std::string& t, bool live) {
   return " me AS (SELECT t.fence, t.instance_id, t.holder_host FROM " + t + " AS t, cfg WHERE t.locked = 1"
-         " AND t.lock_name = $1 AND t.instance_id = $2 AND t.fence = $3 AND coalesce(t.grant_token, 0) = $4::bigint"
+         " AND t.lock_name = $1 AND t.instance_id = $2 AND t.fence = $3 AND coalesce(t.grant_token, 0) = $4::bigint" +
+         std::string(live ? " AND t.last_heartbeat >= now() - coalesce(t.holder_stale_s, 0) * interval '1 second'" : "") +
          " FOR UPDATE OF t),";
 }
 
@@ -89,7 +92,7 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
   s.announce = {
       "pgmutex_announce" + suffix,
       "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
-      + holder_row(t) +
+      + holder_row(t, true) +
       " prev AS (SELECT term FROM " + e + " WHERE lock_name = $1),"
       " up AS (INSERT INTO " + e + " AS e (lock_name, term, change_no, announced, leader_value, instance_id,"
       " holder_host, since, changed_at)"
@@ -113,7 +116,7 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
   s.vacate = {
       "pgmutex_vacate" + suffix,
       "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
-      + holder_row(t) +
+      + holder_row(t, false) +
       " up AS (UPDATE " + e + " AS e SET announced = false, change_no = e.change_no + 1, changed_at = now()"
       " FROM me WHERE e.lock_name = $1 AND e.term = me.fence AND e.announced RETURNING e.*),"
       " now_row AS (SELECT * FROM up UNION ALL SELECT * FROM " + e + " WHERE lock_name = $1"

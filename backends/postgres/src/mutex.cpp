@@ -4,5 +4,6 @@
 namespace pgmutex {
 
 template class BasicMutex<PostgresBackend>;
+template class BasicElection<PostgresBackend>;
 
 }  // namespace pgmutex

@@ -4,5 +4,6 @@
 namespace pgmutex {
 
 template class BasicMutex<SessionBackend>;
+template class BasicElection<SessionBackend>;
 
 }  // namespace pgmutex

@@ -132,6 +132,14 @@ class GrantBook {
     return Grant{fence_, token_, generation_};
   }
 
+  // Grant `generation` while this object still owns it, lost or not (a
+  // resign vacates a term whose lease was lost: its row may still be there).
+  [[nodiscard]] std::optional<Grant> owned(std::uint64_t generation) const noexcept {
+    LightLock lock(mutex_);
+    if (!held_ || generation != generation_) return std::nullopt;
+    return Grant{fence_, token_, generation_};
+  }
+
   // The generation of the grant held (lost or not), if any.
   [[nodiscard]] std::optional<std::uint64_t> held_generation() const noexcept {
     LightLock lock(mutex_);

@@ -68,6 +68,15 @@ class LockStatements {
     return with_context(backend.inspect(lock_ref()));
   }
 
+  // One statement that another part of the library makes on this lock (an
+  // election's announce): `fn(backend)`, under the gate as every statement.
+  template <class Fn>
+  auto run(Fn&& fn) -> decltype(fn(backend)) {
+    IoLock io(gate_);
+    if (!io) return reentered();
+    return with_context(fn(backend));
+  }
+
   // One acquire (two tries when the first reply is lost and nothing landed).
   // `held_here(now)` says whether this object holds the lock already: asked
   // under the gate, before any statement.

@@ -1,9 +1,11 @@
 // pgmutex::Mutex: the everyday mutex, a BasicMutex over PostgresBackend with
-// the default clock, metrics and executor. Its code is compiled once, in the
+// the default clock, metrics and executor; pgmutex::Election likewise, an
+// election on one (pgmutex/election.hpp). Their code is compiled once, in the
 // pgmutex_postgres library, so including this header costs little.
 #pragma once
 
 #include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/election.hpp"
 #include "pgmutex/postgres_backend.hpp"
 
 namespace pgmutex {
@@ -11,5 +13,9 @@ namespace pgmutex {
 extern template class BasicMutex<PostgresBackend>;
 
 using Mutex = BasicMutex<PostgresBackend>;
+
+extern template class BasicElection<PostgresBackend>;
+
+using Election = BasicElection<PostgresBackend>;
 
 }  // namespace pgmutex

@@ -25,6 +25,7 @@
 
 #include "pgmutex/backend.hpp"
 #include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/election.hpp"
 #include "pgmutex/error.hpp"
 #include "pgmutex/postgres_backend.hpp"
 
@@ -158,5 +159,8 @@ class SessionBackend {
 // A blocking mutex on a session: SessionMutex(session->backend(), options).
 extern template class BasicMutex<SessionBackend>;
 using SessionMutex = BasicMutex<SessionBackend>;
+// An election on a session: SessionElection(session->backend(), options).
+extern template class BasicElection<SessionBackend>;
+using SessionElection = BasicElection<SessionBackend>;
 
 }  // namespace pgmutex

@@ -233,6 +233,9 @@ class MemoryBackend {
     LeaderRecord out;
     auto done = on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
       auto& e = table.elections.try_emplace(std::string(key.lock.lock_name)).first->second;
+      // Only while the row is live by its holder's own threshold (election_sql.cpp);
+      // else the term is over (an empty record: refused below).
+      if (row.last_heartbeat < server_->now() - row.stale_threshold) return;
       if (detail::announce_term(e, row.fence, value, row.instance_id, row.holder_host, server_->now())) server_->flush();
       out = record_of(e);
     });

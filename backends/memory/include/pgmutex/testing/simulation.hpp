@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/election.hpp"
 #include "pgmutex/memory_backend.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 #include "pgmutex/testing/manual_executor.hpp"
@@ -16,6 +17,7 @@ namespace pgmutex::testing {
 template <Metrics M = NoMetrics>
 using BasicSimMutex = BasicMutex<MemoryBackend, ManualClock, M, ManualExecutor>;
 using SimMutex = BasicSimMutex<NoMetrics>;
+using SimElection = BasicElection<MemoryBackend, ManualClock, NoMetrics, ManualExecutor>;
 
 class Simulation {
  public:
@@ -38,6 +40,15 @@ class Simulation {
     ManualExecutor own = executor_.drifting(clock_rate).in_group(connection);
     return BasicSimMutex<M>(MemoryBackend(server_, std::move(connection)), std::move(options),
                             clock_.drifting(clock_rate), std::move(metrics), std::move(own));
+  }
+
+  // A candidate (or a reader of who leads), on a connection named after its
+  // instance_id, its timers pausable as the form above.
+  SimElection election(Options options) {
+    std::string connection = options.instance_id;
+    ManualExecutor own = executor_.drifting(1.0).in_group(connection);
+    return SimElection(MemoryBackend(server_, std::move(connection)), std::move(options), clock_, NoMetrics{},
+                       std::move(own));
   }
 
   // Holds back the timers and posted tasks of the instance made with

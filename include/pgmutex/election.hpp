@@ -1,0 +1,117 @@
+// pgmutex::BasicElection: leader election on a lock (issue 18). A campaign
+// waits in the lock's queue like any acquire (first come, first served; one
+// wake-up per handoff), then announces its value: the term is the grant's
+// fence, the value what the leader tells the others (its address, its shard
+// map). The leadership it returns is a guard with a value (leadership.hpp).
+// leader() reads who leads in one statement; observing every change comes
+// with the observers (not yet). Aliases next to the mutex's: pgmutex::Election
+// (Postgres, pgmutex/mutex.hpp), pgmutex::SessionElection (pgmutex/session.hpp)
+// and pgmutex::testing::SimElection (the simulation).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "pgmutex/basic_mutex.hpp"
+#include "pgmutex/leadership.hpp"
+
+namespace pgmutex {
+
+namespace detail {
+template <class Guard>
+struct GuardState;
+template <class State>
+struct GuardState<BasicGuard<State>> {
+  using type = State;
+};
+
+// Makes a leadership from a campaign's guard (its constructor is private).
+struct ElectionAccess {
+  template <class Leadership, class Guard>
+  static Leadership elected(Guard guard, std::string value) {
+    return Leadership(std::move(guard), std::move(value));
+  }
+  template <class Leadership, class Guard>
+  static Leadership not_elected(Guard guard) {
+    return Leadership(std::move(guard), std::string());
+  }
+};
+}  // namespace detail
+
+template <Backend B, Clock C = SteadyClock, Metrics M = NoMetrics, Executor E = ThreadExecutor>
+class BasicElection {
+  static_assert(BackendKeepsElections<B>,
+                "an election needs a backend that keeps elections: leader(), announce() and vacate() "
+                "(BackendKeepsElections in pgmutex/backend_election.hpp)");
+
+ public:
+  using mutex_type = BasicMutex<B, C, M, E>;
+  using guard_type = typename mutex_type::guard_type;
+  using leadership_type = BasicLeadership<typename detail::GuardState<guard_type>::type>;
+  using duration = std::chrono::nanoseconds;
+
+  // Throws InvalidArgumentError naming the option and the rule it breaks.
+  // The lock name is the election's name; every candidate and observer of
+  // one election uses the same table and lock name.
+  BasicElection(B backend, Options options, C clock, M metrics, E executor)
+      : mutex_(std::move(backend), std::move(options), std::move(clock), std::move(metrics), std::move(executor)) {}
+  BasicElection(B backend, Options options, C clock = {}, M metrics = {})
+    requires std::default_initializable<E>
+      : mutex_(std::move(backend), std::move(options), std::move(clock), std::move(metrics)) {}
+
+  [[nodiscard]] const ValidOptions& options() const noexcept { return mutex_.options(); }
+  [[nodiscard]] std::string_view name() const noexcept { return mutex_.lock_name(); }
+
+  // Creates the lock table, its queue and the elections table if missing. Idempotent.
+  Result<void> create_schema(nothrow_t) { return mutex_.create_schema(nothrow); }
+  void create_schema() { value_or_throw(create_schema(nothrow)); }
+
+  // Waits in line until this candidate leads, `timeout` passes or `stop` is
+  // requested (an empty leadership whose why() says which), then announces
+  // `value`. Errc::invalid_argument for a value over max_election_value_bytes
+  // (before waiting); Errc::already_acquired while this object leads.
+  Result<leadership_type> campaign(nothrow_t, std::string value, std::optional<duration> timeout = std::nullopt,
+                                   std::stop_token stop = {}) {
+    if (auto valid = validate_election_value(name(), value); !valid) return tl::unexpected(std::move(valid.error()));
+    auto guard = mutex_.acquire(nothrow, timeout, std::move(stop));
+    if (!guard) return tl::unexpected(std::move(guard.error()));
+    if (!*guard) return detail::ElectionAccess::not_elected<leadership_type>(std::move(*guard));
+    auto* state = detail::AsyncAccess::guard_state(*guard);
+    auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
+    if (!announced) {
+      (void)detail::vacate_grant(*state, detail::AsyncAccess::generation(*guard));  // a landed announce is undone
+      (void)guard->release(nothrow);  // the next in line goes on
+      return tl::unexpected(std::move(announced.error()));
+    }
+    return detail::ElectionAccess::elected<leadership_type>(std::move(*guard), std::move(value));
+  }
+  leadership_type campaign(std::string value, std::optional<duration> timeout = std::nullopt, std::stop_token stop = {}) {
+    return value_or_throw(campaign(nothrow, std::move(value), timeout, std::move(stop)));
+  }
+
+  // Who leads now, in one statement; nullopt while nobody does (never
+  // elected, resigned, or the leader's grant stale or taken over).
+  Result<std::optional<Leader>> leader(nothrow_t) {
+    auto* state = detail::AsyncAccess::state_of(mutex_);
+    auto record = state->io.run([&](auto& backend) {
+      return backend.leader(state->io.lock_ref(), state->options.stale_threshold);
+    });
+    if (!record) return tl::unexpected(std::move(record.error()));
+    if (!record->leading()) return std::optional<Leader>{};
+    return std::optional<Leader>{Leader{record->term, std::move(record->value), std::move(record->instance_id),
+                                        std::move(record->host),
+                                        std::chrono::system_clock::time_point(std::chrono::duration_cast<
+                                            std::chrono::system_clock::duration>(
+                                            std::chrono::microseconds(record->since_us)))}};
+  }
+  std::optional<Leader> leader() { return value_or_throw(leader(nothrow)); }
+
+ private:
+  mutex_type mutex_;
+};
+
+}  // namespace pgmutex

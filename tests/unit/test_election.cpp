@@ -1,0 +1,273 @@
+// Elections (issue 18) on virtual time. The in-memory backend's rules, as
+// the Postgres backend's election_sql.cpp (tests/integration/test_election.cpp):
+// who leads, announce and proclaim keyed by the grant, a retry that changes
+// nothing, vacate, the count across terms, a stale or taken-over term, the
+// value's bound, and what a failover keeps. Then BasicElection on the
+// simulation: campaign, term, leader(), proclaim, resign to the next in line,
+// a partitioned leader that learns it lost before anyone else can lead.
+#include <catch2/catch.hpp>
+
+#include <optional>
+
+#include "pgmutex/memory_backend.hpp"
+#include "pgmutex/testing/manual_clock.hpp"
+#include "pgmutex/testing/simulation.hpp"
+
+using namespace pgmutex;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct World {
+  testing::ManualClock clock;
+  std::shared_ptr<MemoryServer> server = MemoryServer::create(clock);
+  MemoryBackend b{server};
+  World() { REQUIRE(b.create_schema("t")); }
+
+  HolderKey hold(std::string_view instance, GrantToken token) {
+    auto won = b.try_acquire(AcquireRequest{LockRef{"t", "leader"}, instance, 60s, token});
+    REQUIRE(won);
+    REQUIRE(won->acquired);
+    return HolderKey{LockRef{"t", "leader"}, instance, won->fence, token};
+  }
+  LeaderRecord leader() { return b.leader(LockRef{"t", "leader"}, 60s).value(); }
+};
+
+}  // namespace
+
+TEST_CASE("MemoryBackend elections: announce, proclaim, vacate, keyed by the grant and counted", "[memory][election]") {
+  World w;
+  CHECK_FALSE(w.leader().leading());
+  CHECK(w.leader().change == 0);
+
+  const HolderKey a = w.hold("a", 11);
+  auto elected = w.b.announce(a, "addr-1");
+  REQUIRE(elected);
+  CHECK(elected->term == a.fence);
+  CHECK(elected->change == 1);
+  CHECK(elected->leading());
+  CHECK(w.leader().leading());
+  CHECK(w.leader().value == "addr-1");
+  CHECK(w.leader().instance_id == "a");
+
+  w.clock.advance(5s);
+  auto proclaimed = w.b.announce(a, "addr-2");
+  REQUIRE(proclaimed);
+  CHECK(proclaimed->change == 2);
+  CHECK(proclaimed->term == a.fence);
+  CHECK(proclaimed->since_us == elected->since_us);  // the term's start, not the proclaim's
+  CHECK(w.b.announce(a, "addr-2")->change == 2);     // a retry changes nothing
+
+  HolderKey stranger = a;
+  stranger.token = 12;
+  CHECK(w.b.announce(stranger, "evil").error() == Errc::lock_not_held);
+  CHECK(w.b.vacate(stranger).error() == Errc::lock_not_held);
+  CHECK(w.leader().value == "addr-2");
+
+  auto vacated = w.b.vacate(a);
+  REQUIRE(vacated);
+  CHECK(vacated->change == 3);
+  CHECK_FALSE(vacated->leading());
+  CHECK(w.b.vacate(a)->change == 3);  // a retry: done already
+  CHECK(w.b.announce(a, "addr-3").error() == Errc::lock_not_held);  // a vacated term is over
+  REQUIRE(w.b.release(a));
+
+  const HolderKey b = w.hold("b", 21);
+  auto next = w.b.announce(b, "addr-b");
+  REQUIRE(next);
+  CHECK(next->term > a.fence);
+  CHECK(next->change == 4);
+  CHECK(next->since_us > elected->since_us);
+}
+
+TEST_CASE("MemoryBackend elections: a stale or taken-over term leads no more", "[memory][election]") {
+  World w;
+  const HolderKey a = w.hold("a", 31);
+  REQUIRE(w.b.announce(a, "x"));
+  w.clock.advance(61s);  // past the holder's 60 s
+  CHECK(w.b.announce(a, "x2").error() == Errc::lock_not_held);  // its lease ran out: nothing announced
+  CHECK(w.leader().value == "x");
+  CHECK(w.leader().announced);
+  CHECK_FALSE(w.leader().lock_live);
+  CHECK_FALSE(w.leader().leading());
+  const HolderKey b = w.hold("b", 32);  // takes the stale lock over
+  CHECK(w.leader().lock_fence == b.fence);
+  CHECK(w.leader().term == a.fence);
+  CHECK_FALSE(w.leader().leading());
+  CHECK(w.b.announce(a, "y").error() == Errc::lock_not_held);
+  CHECK(w.b.vacate(a).error() == Errc::lock_not_held);
+}
+
+TEST_CASE("MemoryBackend elections: the value's bound, and a failover keeps what was replicated", "[memory][election]") {
+  World w;
+  const HolderKey a = w.hold("a", 41);
+  const std::string largest(max_election_value_bytes, 'v');
+  REQUIRE(w.b.announce(a, largest));
+  auto oversized = w.b.announce(a, largest + "v");
+  REQUIRE_FALSE(oversized);
+  CHECK(oversized.error() == Errc::invalid_argument);
+  CHECK_THAT(oversized.error().message(),
+             Catch::Contains("'leader'") && Catch::Contains("7169 bytes; at most 7168") && Catch::Contains("NOTIFY"));
+  CHECK(w.b.announce(a, std::string("a\0b", 3)).error() == Errc::invalid_argument);
+  CHECK(w.b.announce(a, "\xff").error() == Errc::invalid_argument);
+  CHECK(w.leader().value == largest);
+
+  w.server->replicate();
+  REQUIRE(w.b.announce(a, "after"));
+  w.server->fail_over();  // the standby had the first value
+  auto broken = w.b.leader(LockRef{"t", "leader"}, 60s);  // the next statement finds the connection broken
+  REQUIRE_FALSE(broken);
+  CHECK(broken.error() == Errc::backend_unavailable);
+  CHECK(w.leader().value == largest);
+  CHECK(w.leader().change == 1);
+}
+
+namespace {
+
+Options candidate(std::string instance) {
+  return Options{.lock_name = "primary", .instance_id = std::move(instance)};
+}
+
+// A blocking campaign running as a spawned thread of the ManualExecutor.
+struct Campaign {
+  std::optional<Result<testing::SimElection::leadership_type>> got;
+  testing::ManualClock::time_point at{};  // when it returned
+};
+void campaign_in(testing::Simulation& sim, testing::SimElection& e, Campaign& out, std::string value,
+                 std::chrono::nanoseconds timeout) {
+  sim.executor().spawn([&sim, &e, &out, value, timeout] {
+    out.got = e.campaign(nothrow, value, timeout);
+    out.at = sim.now();
+  });
+  sim.executor().run_due();
+}
+
+}  // namespace
+
+TEST_CASE("BasicElection: campaign, term, leader(), proclaim, resign to the next in line", "[election][api]") {
+  testing::Simulation sim;
+  auto a = sim.election(candidate("a"));
+  auto b = sim.election(candidate("b"));
+  auto reader = sim.election(candidate("reader"));
+  a.create_schema();
+  CHECK_FALSE(reader.leader());  // nobody yet
+
+  auto lead = a.campaign("10.0.0.1:80", 1s);
+  REQUIRE(lead);
+  CHECK(lead.value() == "10.0.0.1:80");
+  auto now = reader.leader();
+  REQUIRE(now);
+  CHECK(now->term == lead.term());
+  CHECK(now->value == "10.0.0.1:80");
+  CHECK(now->instance_id == "a");
+
+  lead.proclaim("10.0.0.1:81");
+  CHECK(lead.value() == "10.0.0.1:81");
+  CHECK(reader.leader()->value == "10.0.0.1:81");
+  CHECK(reader.leader()->term == lead.term());
+
+  // b waits in line; a resigns; b leads with a higher term.
+  Campaign cb;
+  campaign_in(sim, b, cb, "10.0.0.2:80", 60s);
+  CHECK_FALSE(cb.got);
+  const Fence first_term = lead.term();
+  auto observer = sim.connection("observer");
+  const auto before = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
+  lead.resign();
+  CHECK_FALSE(lead);
+  const auto vacated = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
+  CHECK_FALSE(vacated.announced);  // vacated, not just released
+  CHECK(vacated.change == before.change + 1);
+  sim.advance(1s);
+  REQUIRE(cb.got);
+  REQUIRE(*cb.got);
+  REQUIRE(**cb.got);
+  CHECK((*cb.got)->term() > first_term);
+  CHECK(reader.leader()->instance_id == "b");
+  CHECK(reader.leader()->value == "10.0.0.2:80");
+
+  // The destructor resigns: nobody leads afterwards.
+  cb.got.reset();
+  CHECK_FALSE(reader.leader());
+}
+
+TEST_CASE("BasicElection: a value over the bound is refused before waiting; a timeout is an empty leadership",
+          "[election][api]") {
+  testing::Simulation sim;
+  auto a = sim.election(candidate("a"));
+  auto b = sim.election(candidate("b"));
+  a.create_schema();
+  const auto before = sim.server().operations();
+  auto oversized = b.campaign(nothrow, std::string(max_election_value_bytes + 1, 'x'));
+  REQUIRE_FALSE(oversized);
+  CHECK(oversized.error() == Errc::invalid_argument);
+  CHECK(sim.server().operations() == before);  // no statement
+
+  auto lead = a.campaign("a", 1s);
+  REQUIRE(lead);
+  Campaign cb;
+  campaign_in(sim, b, cb, "b", 2s);
+  sim.advance(3s);
+  REQUIRE(cb.got);
+  REQUIRE(*cb.got);
+  CHECK_FALSE(**cb.got);
+  CHECK((*cb.got)->why() == Errc::timeout);
+  CHECK(lead);
+  CHECK(sim.server().peek_queue(LockRef{"mutex_lock", "primary"}).empty());  // it left the line
+}
+
+TEST_CASE("BasicElection: a partitioned leader learns it lost before anyone else can lead; its proclaim is refused",
+          "[election][api]") {
+  testing::Simulation sim;
+  auto a = sim.election(candidate("a"));
+  auto b = sim.election(candidate("b"));
+  a.create_schema();
+  auto lead = a.campaign("a", 1s);
+  REQUIRE(lead);
+  sim.server().partition("a");
+  std::optional<testing::ManualClock::time_point> lost_at;
+  std::stop_callback on_loss(lead.stop_token(), [&] { lost_at = sim.now(); });
+  Campaign cb;
+  campaign_in(sim, b, cb, "b", 3600s);
+  sim.advance(700s);  // past a's stale threshold (600 s)
+  REQUIRE(lost_at);
+  REQUIRE(cb.got);
+  REQUIRE(*cb.got);
+  REQUIRE(**cb.got);
+  CHECK(*lost_at < cb.at);  // a knew before b led
+  CHECK(lead.lost());
+  CHECK_FALSE(lead);
+  auto late = lead.proclaim(nothrow, "still me?");
+  REQUIRE_FALSE(late);
+  CHECK(late.error() == Errc::lock_not_held);
+  CHECK(lead.value() == "a");
+  auto now = b.leader();
+  REQUIRE(now);
+  CHECK(now->instance_id == "b");
+  CHECK(now->term > lead.term());
+}
+
+TEST_CASE("BasicElection: a leader paused past its lease cannot proclaim, even while its row is still there",
+          "[election][api]") {
+  testing::Simulation sim;
+  auto a = sim.election(candidate("a"));
+  a.create_schema();
+  auto lead = a.campaign("a", 1s);
+  REQUIRE(lead);
+  sim.pause("a");  // SIGSTOP: no heartbeat, no watchdog
+  sim.advance(700s);  // past the lease; nobody else campaigned, so the row is still a's
+  sim.resume("a");
+  auto observer = sim.connection("observer");
+  const auto before = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
+  CHECK(before.term == lead.term());
+  auto late = lead.proclaim(nothrow, "after the pause");
+  REQUIRE_FALSE(late);
+  CHECK(late.error() == Errc::lock_not_held);
+  CHECK(observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value().change == before.change);  // nothing sent
+  CHECK(lead.lost());
+  // Resigning still vacates the term (its row is still there): observers hear nobody leads.
+  (void)lead.resign(nothrow);
+  const auto after = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
+  CHECK_FALSE(after.announced);
+  CHECK(after.change == before.change + 1);
+}
