@@ -9,8 +9,11 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pgmutex/backend.hpp"
 
@@ -32,9 +35,69 @@ struct LeaderRecord {
   Fence lock_fence = 0;       // the lock row's fence now (0: no row)
   double seconds_since_heartbeat = 0.0;  // the lock row's, server clock
   bool lock_live = false;     // the lock row is not stale for the reader's threshold
+  double stale_after_s = 0.0; // the age at which the row is stale for the reader: the larger of its
+                              // threshold and the holder's
 
   // Somebody leads: the term was announced, not vacated, and its grant is live.
   [[nodiscard]] bool leading() const noexcept { return announced && lock_live && lock_fence == term; }
+};
+
+// Who leads a lock, as BasicElection::leader() reads it.
+struct Leader {
+  Fence term = 0;
+  std::string value;
+  std::string instance_id;
+  std::string host;  // empty: not recorded
+  std::chrono::system_clock::time_point since;  // when the term began (server clock)
+};
+
+// The leader a record shows; nullopt while nobody leads.
+[[nodiscard]] inline std::optional<Leader> leader_of(const LeaderRecord& r) {
+  if (!r.leading()) return std::nullopt;
+  return Leader{r.term, r.value, r.instance_id, r.host,
+                std::chrono::system_clock::time_point(
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::microseconds(r.since_us)))};
+}
+
+// What an observer is told (pgmutex/observer.hpp).
+enum class LeaderEvent : unsigned char {
+  current,     // the first report, or after a resync: who leads now (perhaps nobody)
+  elected,     // a new term began
+  proclaimed,  // the leader announced another value within its term
+  vacated,     // the leader resigned: nobody leads until the next is elected
+  expired,     // the leader's lease ran out (it stopped heartbeating): nobody leads
+};
+
+// One change of a lock's leadership, in term order.
+struct LeaderChange {
+  LeaderEvent event = LeaderEvent::current;
+  Fence term = 0;                // the term this change concerns (vacated, expired: the term that ended)
+  std::int64_t change = 0;       // the server's count of announcements of the lock
+  std::optional<Leader> leader;  // who leads after it; nullopt: nobody
+  // Changes were missed before this one (a lost connection, a failover,
+  // changes faster than the observer read them): this one says where
+  // things stand now. missed: how many, when the count tells (nullopt: a
+  // failover's history, where it cannot).
+  bool gap = false;
+  std::optional<std::int64_t> missed;
+};
+
+// One announcement, as a notification carries it (whole: kind, count, term,
+// and the row's values), so observers need no statement per change.
+struct ElectionNotice {
+  char kind = 'l';  // 'l' elected, 'p' proclaimed, 'v' vacated
+  std::int64_t change = 0;
+  Fence term = 0;
+  std::int64_t since_us = 0;
+  std::string instance_id, host, value;
+};
+
+// What an observer's wait brings: notices in the order sent, or `resync`
+// (the backend began listening just now, on a new connection perhaps: what
+// happened before is read with leader()). Empty: the timeout or the stop.
+struct ElectionWake {
+  std::vector<ElectionNotice> notices;
+  bool resync = false;
 };
 
 // Checks a value before any statement: at most max_election_value_bytes of
@@ -51,6 +114,14 @@ concept BackendKeepsElections = requires(B& b, const HolderKey& key, std::string
   { b.leader(lock, stale_threshold) } noexcept -> std::same_as<Result<LeaderRecord>>;
   { b.announce(key, value) } noexcept -> std::same_as<Result<LeaderRecord>>;
   { b.vacate(key) } noexcept -> std::same_as<Result<LeaderRecord>>;
+};
+
+// A backend whose observers wait for announcements without a statement
+// (LISTEN): until a notice, the timeout or `stop`. A backend without it is
+// observed by reading leader() every poll_interval (the in-memory one).
+template <class B>
+concept BackendWaitsForElections = requires(B& b, LockRef lock, std::chrono::nanoseconds timeout, std::stop_token stop) {
+  { b.wait_for_election(lock, timeout, stop) } noexcept -> std::same_as<Result<ElectionWake>>;
 };
 
 }  // namespace pgmutex

@@ -101,12 +101,7 @@ class BasicElection {
       return backend.leader(state->io.lock_ref(), state->options.stale_threshold);
     });
     if (!record) return tl::unexpected(std::move(record.error()));
-    if (!record->leading()) return std::optional<Leader>{};
-    return std::optional<Leader>{Leader{record->term, std::move(record->value), std::move(record->instance_id),
-                                        std::move(record->host),
-                                        std::chrono::system_clock::time_point(std::chrono::duration_cast<
-                                            std::chrono::system_clock::duration>(
-                                            std::chrono::microseconds(record->since_us)))}};
+    return leader_of(*record);
   }
   std::optional<Leader> leader() { return value_or_throw(leader(nothrow)); }
 

@@ -20,15 +20,6 @@
 
 namespace pgmutex {
 
-// Who leads a lock, as BasicElection::leader() reads it.
-struct Leader {
-  Fence term = 0;
-  std::string value;
-  std::string instance_id;
-  std::string host;  // empty: not recorded
-  std::chrono::system_clock::time_point since;  // when the term began (server clock)
-};
-
 namespace detail {
 
 struct ElectionAccess;  // see election.hpp

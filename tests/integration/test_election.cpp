@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pgmutex/session.hpp"
+#include "election_rules.hpp"  // the payload read back
 #include "sql.hpp"  // the backend's own channel name, to LISTEN as an observer will
 #include "support.hpp"
 
@@ -150,10 +151,22 @@ TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to obse
 
   hear(listener, told, 4);
   REQUIRE(told.payloads.size() == 4);  // the idempotent retry, the refusals and the second vacate told nothing
-  CHECK(told.payloads[0] == "e:l:1:" + std::to_string(a.fence));
-  CHECK(told.payloads[1] == "e:p:2:" + std::to_string(a.fence));
-  CHECK(told.payloads[2] == "e:v:3:" + std::to_string(a.fence));
-  CHECK(told.payloads[3] == "e:l:4:" + std::to_string(b.fence));
+  // Each carries the whole change, so an observer needs no statement.
+  const char kinds[] = {'l', 'p', 'v', 'l'};
+  const Fence terms[] = {a.fence, a.fence, a.fence, b.fence};
+  const std::string values[] = {"10.0.0.1:80", "10.0.0.1:81", "10.0.0.1:81", "10.0.0.2:80"};
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO(told.payloads[i]);
+    auto n = pgmutex::postgres_detail::election_notice_of(told.payloads[i]);
+    REQUIRE(n);
+    CHECK(n->kind == kinds[i]);
+    CHECK(n->change == static_cast<std::int64_t>(i + 1));
+    CHECK(n->term == terms[i]);
+    CHECK(n->value == values[i]);
+    CHECK(n->instance_id == (i < 3 ? "a" : "b"));
+    CHECK(n->since_us > 0);
+  }
+  CHECK_FALSE(pgmutex::postgres_detail::election_notice_of("o:1:2:3"));  // a queue's offer is none
 }
 
 TEST_CASE("who leads: a term whose grant went stale or was taken over leads no more", "[election][sql]") {
@@ -283,4 +296,126 @@ TEST_CASE("Election and SessionElection: campaign, leader(), proclaim, resign to
   CHECK(a.leader()->instance_id == "b");
   next.reset();  // resigns
   CHECK_FALSE(a.leader());
+}
+
+namespace {
+
+// The next change within 5 s, taking errors as a reconnect does (a
+// terminated backend answers one error, then the observer reads again).
+pgmutex::LeaderChange next_change(pgmutex::Observer& o) {
+  for (int i = 0; i < 10; ++i) {
+    auto c = o.next(pgmutex::nothrow, 5s);
+    if (!c) {
+      UNSCOPED_INFO("try " << i << ": " << c.error().message());
+      continue;
+    }
+    REQUIRE(*c);
+    return **c;
+  }
+  FAIL("no change within 10 tries");
+  return {};
+}
+
+// When the observer's own backend (named by application_name) began its last statement.
+std::string last_statement_of(const std::string& application) {
+  auto r = admin("SELECT query_start::text || ' ' || query FROM pg_stat_activity WHERE application_name = '" +
+                 application + "'");
+  REQUIRE(r.size() == 1);
+  return r[0][0].as<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE("Observer: the present, then every change in order from notifications alone, no statement per change",
+          "[election][observe]") {
+  const std::string table = fresh_table("election_observe");
+  pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
+  pgmutex::Election b(PostgresBackend(""), options(table, "primary", "b"));
+  a.create_schema();
+  const std::string app = "observer_" + table;
+  pgmutex::Observer obs(PostgresBackend("application_name=" + app), options(table, "primary", "watcher"));
+
+  auto first = next_change(obs);
+  CHECK(first.event == pgmutex::LeaderEvent::current);
+  CHECK_FALSE(first.leader);
+  const std::string before = last_statement_of(app);
+
+  auto lead = a.campaign("10.0.0.1:80", 5s);
+  REQUIRE(lead);
+  lead.proclaim("10.0.0.1:81");
+  lead.resign();
+  auto second = b.campaign("10.0.0.2:80", 5s);
+  REQUIRE(second);
+
+  const pgmutex::LeaderChange seen[] = {next_change(obs), next_change(obs), next_change(obs), next_change(obs)};
+  CHECK(seen[0].event == pgmutex::LeaderEvent::elected);
+  CHECK(seen[0].term == lead.term());
+  REQUIRE(seen[0].leader);
+  CHECK(seen[0].leader->value == "10.0.0.1:80");
+  CHECK(seen[0].leader->instance_id == "a");
+  CHECK(seen[1].event == pgmutex::LeaderEvent::proclaimed);
+  CHECK(seen[1].leader->value == "10.0.0.1:81");
+  CHECK(seen[2].event == pgmutex::LeaderEvent::vacated);
+  CHECK(seen[3].event == pgmutex::LeaderEvent::elected);
+  CHECK(seen[3].term == second.term());
+  CHECK(seen[3].term > seen[0].term);
+  for (const auto& c : seen) CHECK_FALSE(c.gap);
+  // The four came as notifications: the observer made no statement since its first reading.
+  CHECK(last_statement_of(app) == before);
+}
+
+TEST_CASE("Observer: changes missed while its backend was terminated come as a gap with their count",
+          "[election][observe]") {
+  const std::string table = fresh_table("election_observe_gap");
+  pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
+  a.create_schema();
+  const std::string app = "observer_" + table;
+  pgmutex::Observer obs(PostgresBackend("application_name=" + app), options(table, "primary", "watcher"));
+  REQUIRE_FALSE(next_change(obs).leader);
+  CHECK_FALSE(obs.next(200ms));  // listening now, nothing to report
+
+  admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" + app + "'");
+  auto lead = a.campaign("one", 5s);
+  REQUIRE(lead);
+  lead.proclaim("two");
+  lead.proclaim("three");
+
+  auto after = next_change(obs);
+  CHECK(after.gap);
+  CHECK(after.missed == 2);
+  CHECK(after.event == pgmutex::LeaderEvent::elected);
+  REQUIRE(after.leader);
+  CHECK(after.leader->value == "three");
+  // And continuity after it.
+  lead.proclaim("four");
+  auto more = next_change(obs);
+  CHECK(more.event == pgmutex::LeaderEvent::proclaimed);
+  CHECK_FALSE(more.gap);
+  CHECK(more.leader->value == "four");
+}
+
+TEST_CASE("Observer: a leader whose heartbeats stop is reported expired at its stale deadline",
+          "[election][observe]") {
+  const std::string table = fresh_table("election_observe_expiry");
+  pgmutex::Options short_lease = options(table, "primary", "a");
+  short_lease.heartbeat_interval = 200ms;
+  short_lease.alert_threshold = 600ms;
+  short_lease.stale_threshold = 1500ms;
+  pgmutex::Election a(PostgresBackend(""), short_lease);
+  a.create_schema();
+  pgmutex::Options reader = short_lease;
+  reader.instance_id = "watcher";
+  pgmutex::Observer obs(PostgresBackend(""), reader);
+  auto lead = a.campaign("a", 5s);
+  REQUIRE(lead);
+  REQUIRE(next_change(obs).leader);
+  // The leader's heartbeats stop reaching its row: another session holds the row lock.
+  pqxx::connection blocker("");
+  pqxx::work holding(blocker);
+  holding.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'primary' FOR UPDATE");
+  auto expired = next_change(obs);
+  holding.abort();
+  CHECK(expired.event == pgmutex::LeaderEvent::expired);
+  CHECK(expired.term == lead.term());
+  CHECK_FALSE(expired.leader);
 }

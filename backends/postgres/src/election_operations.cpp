@@ -48,6 +48,7 @@ Result<LeaderRecord> PostgresBackend::leader(LockRef lock, std::chrono::nanoseco
         out.lock_fence = int64_at(*rows, 7);
         out.seconds_since_heartbeat = double_at(*rows, 8);
         out.lock_live = rows->text(0, 9) == "t";
+        out.stale_after_s = double_at(*rows, 10);
         return out;
       });
 }

@@ -35,10 +35,16 @@ std::string record_columns(const std::string& row) {
          "holder_host, ''), (extract(epoch FROM " + r + "since) * 1000000)::bigint";
 }
 
-// 'e:<kind>:<change>:<term>', what observers are told ($h: the lock hash).
+// What observers are told ($h: the lock hash), the whole change so that they
+// need no statement: 'e:<kind>:<change>:<term>:<since µs>:<n>:<instance><m>:<host><value>',
+// n and m the byte lengths of what follows them; the value last, so it may
+// hold anything (election_rules.hpp parses it).
 std::string notify(std::string_view table, std::string_view hash, std::string_view kind, std::string_view row) {
-  return "pg_notify(" + channel_sql(table, hash) + " || '_e', 'e:' || " + std::string(kind) + " || ':' || " +
-         std::string(row) + ".change_no || ':' || " + std::string(row) + ".term)";
+  const std::string r = std::string(row) + ".";
+  return "pg_notify(" + channel_sql(table, hash) + " || '_e', 'e:' || " + std::string(kind) + " || ':' || " + r +
+         "change_no || ':' || " + r + "term || ':' || (extract(epoch FROM " + r + "since) * 1000000)::bigint || ':' || "
+         "octet_length(" + r + "instance_id) || ':' || " + r + "instance_id || octet_length(coalesce(" + r +
+         "holder_host, '')) || ':' || coalesce(" + r + "holder_host, '') || " + r + "leader_value)";
 }
 
 }  // namespace
@@ -80,7 +86,8 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
               "SELECT " + record_columns("e") + ", coalesce(t.fence, 0), coalesce(" +
                   seconds_since("t.last_heartbeat") + ", 0),"
                   " coalesce(t.last_heartbeat >= now() - greatest($2::float8, coalesce(t.holder_stale_s, 0))"
-                  " * interval '1 second', false)"
+                  " * interval '1 second', false),"
+                  " greatest($2::float8, coalesce(t.holder_stale_s, 0))"
                   " FROM (VALUES (1)) AS one(x) LEFT JOIN " + e + " AS e ON e.lock_name = $1"
                   " LEFT JOIN " + t + " AS t ON t.locked = 1 AND t.lock_name = $1"};
 

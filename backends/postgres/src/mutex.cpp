@@ -5,5 +5,6 @@ namespace pgmutex {
 
 template class BasicMutex<PostgresBackend>;
 template class BasicElection<PostgresBackend>;
+template class BasicObserver<PostgresBackend>;
 
 }  // namespace pgmutex

@@ -5,9 +5,6 @@
 // head or runner-up. A backend that cannot LISTEN (a pool's connection, a
 // transaction pooler's) looks with backoff instead. A pgmutex::Session's
 // waiters take their places here too, and wait in queue_book.cpp.
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <optional>
 #include <poll.h>
@@ -15,40 +12,14 @@
 #include "backend_impl.hpp"
 #include "queue_rules.hpp"
 #include "statement_values.hpp"
+#include "stop_fd.hpp"
 
 namespace pgmutex {
 
 using namespace postgres_detail;
 
 namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// A descriptor that becomes readable when `stop` is requested, for poll().
-class StopFd {
- public:
-  explicit StopFd(std::stop_token stop) : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    on_stop_.emplace(std::move(stop), [fd = fd_] {
-      const std::uint64_t one = 1;
-      if (fd >= 0) (void)!::write(fd, &one, sizeof one);
-    });
-  }
-  StopFd(const StopFd&) = delete;
-  StopFd& operator=(const StopFd&) = delete;
-  // The callback goes first: its destructor waits for a run on another
-  // thread (a signal's stop) to finish, so nothing writes to the
-  // descriptor once it is closed (and perhaps reused).
-  ~StopFd() {
-    on_stop_.reset();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int fd() const noexcept { return fd_; }
-
- private:
-  int fd_;
-  std::optional<std::stop_callback<std::function<void()>>> on_stop_;
-};
-
 }  // namespace
 
 Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,

@@ -150,6 +150,11 @@ class PostgresBackend {
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+  // An observer's wait (BackendWaitsForElections; election_waits.cpp): on
+  // its own connection it LISTENs and waits in poll() with no statement;
+  // over a pool or a transaction pooler it sleeps 500 ms and says resync.
+  Result<ElectionWake> wait_for_election(LockRef lock, std::chrono::nanoseconds timeout,
+                                         std::stop_token stop) noexcept;
 
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;

@@ -223,7 +223,9 @@ class MemoryBackend {
     if (const auto r = (*table)->rows.find(lock_ref.lock_name); r != (*table)->rows.end() && r->second.present) {
       out.lock_fence = r->second.fence;
       out.seconds_since_heartbeat = server_->age_seconds(r->second);
-      out.lock_live = r->second.last_heartbeat >= server_->now() - std::max(stale_threshold, r->second.stale_threshold);
+      const auto stale_after = std::max(stale_threshold, r->second.stale_threshold);
+      out.lock_live = r->second.last_heartbeat >= server_->now() - stale_after;
+      out.stale_after_s = std::chrono::duration<double>(stale_after).count();
     }
     return out;
   }

@@ -8,6 +8,7 @@
 
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/election.hpp"
+#include "pgmutex/observer.hpp"
 #include "pgmutex/memory_backend.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 #include "pgmutex/testing/manual_executor.hpp"
@@ -18,6 +19,7 @@ template <Metrics M = NoMetrics>
 using BasicSimMutex = BasicMutex<MemoryBackend, ManualClock, M, ManualExecutor>;
 using SimMutex = BasicSimMutex<NoMetrics>;
 using SimElection = BasicElection<MemoryBackend, ManualClock, NoMetrics, ManualExecutor>;
+using SimObserver = BasicObserver<MemoryBackend, ManualClock, NoMetrics, ManualExecutor>;
 
 class Simulation {
  public:
@@ -49,6 +51,14 @@ class Simulation {
     ManualExecutor own = executor_.drifting(1.0).in_group(connection);
     return SimElection(MemoryBackend(server_, std::move(connection)), std::move(options), clock_, NoMetrics{},
                        std::move(own));
+  }
+
+  // An observer of an election, on a connection named after its instance_id
+  // (partition() or drop_connection() it to make it miss changes). It reads
+  // the leader every poll_interval of virtual time.
+  SimObserver observer(Options options) {
+    std::string connection = options.instance_id;
+    return SimObserver(MemoryBackend(server_, std::move(connection)), std::move(options), clock_, NoMetrics{}, executor_);
   }
 
   // Holds back the timers and posted tasks of the instance made with
