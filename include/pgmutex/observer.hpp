@@ -50,6 +50,10 @@ class BasicObserver {
 
   [[nodiscard]] std::string_view name() const noexcept { return mutex_.lock_name(); }
 
+  // Creates the lock table, its queue and the elections table if missing. Idempotent.
+  Result<void> create_schema(nothrow_t) { return mutex_.create_schema(nothrow); }
+  void create_schema() { value_or_throw(create_schema(nothrow)); }
+
   // The next change, waiting up to `timeout` (none: until one comes) or
   // until `stop`: nullopt then. The first call reports the present
   // (LeaderEvent::current, nobody leading included). An error (the server
@@ -71,9 +75,9 @@ class BasicObserver {
         continue;
       }
       const auto now = state->clock.now();
-      duration left = duration::max();
+      duration left = std::chrono::hours(1);  // without a timeout: wait on, an hour at a time
       if (timeout) {
-        left = *timeout - std::chrono::duration_cast<duration>(now - start);
+        left = std::min(left, *timeout - std::chrono::duration_cast<duration>(now - start));
         if (left <= duration::zero()) return std::optional<LeaderChange>();
       }
       if (check_at_) left = std::min(left, std::max(duration::zero(), std::chrono::duration_cast<duration>(*check_at_ - now)));
@@ -86,13 +90,21 @@ class BasicObserver {
   }
 
   // Calls `on_change` with every change, in order, on this thread, until
-  // `stop` is requested or the server fails (the error is returned; calling
-  // observe again goes on from there, reporting a gap if it missed any).
+  // `stop` is requested. The server out of reach (backend_unavailable,
+  // outcome_unknown, a statement's timeout) is waited out, a poll_interval
+  // at a time: what changed meanwhile comes as a gap. Any other error (the
+  // table missing, a privilege) ends it and is returned.
   Result<void> observe(nothrow_t, const std::function<void(const LeaderChange&)>& on_change, std::stop_token stop) {
     while (!stop.stop_requested()) {
       auto change = next(nothrow, std::nullopt, stop);
-      if (!change) return tl::unexpected(std::move(change.error()));
-      if (*change) on_change(**change);
+      if (change) {
+        if (*change) on_change(**change);
+        continue;
+      }
+      const Error& e = change.error();
+      if (!(e == Errc::backend_unavailable || e == Errc::outcome_unknown || e == Errc::timeout))
+        return tl::unexpected(std::move(change.error()));
+      (void)detail::AsyncAccess::state_of(mutex_)->executor.wait_for(mutex_.options().poll_interval, stop);
     }
     return {};
   }

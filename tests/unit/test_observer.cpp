@@ -256,3 +256,36 @@ TEST_CASE("BasicObserver: a leader that stops heartbeating is reported expired a
   CHECK_FALSE(expired->leader);
   CHECK(sim.now() - cut_at <= 31s);  // by the stale deadline (plus a poll), not later
 }
+
+TEST_CASE("BasicObserver::observe waits out an unreachable server, and ends on a missing table",
+          "[observer][election]") {
+  testing::Simulation sim;
+  auto a = sim.election(member("a"));
+  a.create_schema();
+  auto obs = sim.observer(member("watcher"));
+  auto lead = a.campaign("one", 1s);
+  REQUIRE(lead);
+
+  sim.server().partition("watcher");
+  sim.executor().schedule_after(1s, [&] { sim.server().heal("watcher"); });
+  sim.executor().schedule_after(2s, [&] { lead.proclaim("two"); });
+  std::stop_source stop;
+  std::vector<LeaderChange> seen;
+  auto ended = obs.observe(nothrow, [&](const LeaderChange& c) {
+    seen.push_back(c);
+    if (seen.size() == 2) stop.request_stop();
+  }, stop.get_token());
+  REQUIRE(ended);  // the partition was waited out, not returned
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].event == LeaderEvent::current);
+  CHECK(seen[0].leader->value == "one");
+  CHECK(seen[1].event == LeaderEvent::proclaimed);
+  CHECK(seen[1].leader->value == "two");
+
+  Options elsewhere = member("watcher-2");
+  elsewhere.table = "never_made";
+  auto lost = sim.observer(elsewhere);
+  auto missing = lost.observe(nothrow, [](const LeaderChange&) {}, {});
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error() == Errc::schema_missing);
+}

@@ -61,7 +61,9 @@ Result<ElectionWake> PostgresBackend::wait_for_election(LockRef lock, std::chron
   try {
     std::lock_guard guard(impl_->mutex);
     OwnSession& own = *impl_->own;
-    const auto deadline = Clock::now() + std::max(timeout, std::chrono::nanoseconds::zero());
+    // At most a day at a time: no overflow for "forever" (nanoseconds::max()).
+    const auto deadline = Clock::now() + std::clamp(timeout, std::chrono::nanoseconds::zero(),
+                                                    std::chrono::nanoseconds(std::chrono::hours(24)));
     StopFd stopped(stop);
     ElectionWake wake;
     auto failed = [&](StatementFailure failure) -> Result<ElectionWake> {
