@@ -150,6 +150,12 @@ class PostgresBackend {
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+  // Every lock of the table that has an election row (led now or before),
+  // judged live by `stale_threshold` as leader() judges it, for `pgmutex
+  // status`. Errc::schema_missing if the table has no election table (one
+  // made before elections existed, and create_schema not run since).
+  Result<std::vector<ElectionRow>> list_elections(std::string_view table,
+                                                  std::chrono::nanoseconds stale_threshold) noexcept;
 
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;
