@@ -113,8 +113,19 @@ wait_for_file "$WORK/busy.out"
 expect 75 "a campaign past --timeout: 75" pgm elect --lock busy --value late -w 0.5 -- true
 contains "$ERR" "not leading after waiting 0.5 s" "it says it gave up"
 contains "$ERR" "value 'busy-leader'" "and names the leader's value"
+# A candidate interrupted while it waits in line: 128+15, and no place left behind.
+"$PGMUTEX" elect --table "$TABLE" --lock busy --value interrupted -- true 2>"$WORK/interrupted.err" &
+waiting=$!
+background_pids+=("$waiting")
+wait_queued busy 1
+kill -TERM "$waiting"
+wait_exit "$waiting" 10
+equal "$EXIT" "143" "SIGTERM while campaigning: 143"
+contains "$WORK/interrupted.err" "interrupted by SIGTERM while campaigning for lock 'busy'" "it says so"
+equal "$(queued busy)" "0" "... and leaves no place in line"
 kill -TERM "$busy"
 wait_exit "$busy" 10
+equal "$EXIT" "0" "the busy leader resigns on SIGTERM"
 
 # --- a value the library refuses: 64, before any statement ------------------------
 big=$(head -c 7169 /dev/zero | tr '\0' a)
