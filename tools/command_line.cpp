@@ -21,6 +21,7 @@ constexpr const char* overview = R"(Examples:
   pgmutex run --lock deploy --wait --timeout 300 -- make deploy
   pgmutex status                                   # every held lock, ok/alert/expired/stale
   pgmutex status nightly-report --json
+  pgmutex elect --lock primary --value 10.0.0.7:5432 -- ./serve.sh  # lead, FIFO
   pgmutex release --force nightly-report           # an administrator takes it away
 
 In crontab, where you would write   flock -n /tmp/report.lock ./report.sh
@@ -41,20 +42,20 @@ status --check: 0 ok, 1 alert, 2 expired or stale, 3 unknown.)";
 // Whether `option` (a flag or an option of `command`) takes a value from the next word.
 bool takes_value(const CLI::Option& option) { return option.get_expected_max() != 0; }
 
-// The index of the word that starts run's command when no "--" comes before
+// The index of the word that starts run's (or elect's) command when no "--" comes before
 // it: the first word that is neither a run option nor an option's value, as
 // flock and env read theirs. Everything from there on is the command's, even
 // words that look like options. Returns 0 when there is nothing to mark: a
 // "--" comes first, no command word follows, or an unknown option comes first
 // (CLI11 reports it).
-int command_start(const CLI::App& run, int argc, const char* const* argv, int after) {
+int command_start(const CLI::App& command, int argc, const char* const* argv, int after) {
   for (int i = after; i < argc; ++i) {
     const std::string_view word = argv[i];
     if (word == "--") return 0;
     if (word.size() < 2 || word[0] != '-') return i;
     if (word.starts_with("--")) {
       const std::string_view name = word.substr(0, word.find('='));
-      const CLI::Option* option = run.get_option_no_throw(std::string(name));
+      const CLI::Option* option = command.get_option_no_throw(std::string(name));
       if (option == nullptr) return 0;
       if (takes_value(*option) && name.size() == word.size()) ++i;
       continue;
@@ -62,7 +63,7 @@ int command_start(const CLI::App& run, int argc, const char* const* argv, int af
     // -qv, -w5, -E 0: short flags may be grouped; the first that takes a
     // value takes the rest of the word, or the next word.
     for (std::size_t c = 1; c < word.size(); ++c) {
-      const CLI::Option* option = run.get_option_no_throw(std::string{'-', word[c]});
+      const CLI::Option* option = command.get_option_no_throw(std::string{'-', word[c]});
       if (option == nullptr) return 0;
       if (takes_value(*option)) {
         if (c + 1 == word.size()) ++i;
@@ -73,14 +74,14 @@ int command_start(const CLI::App& run, int argc, const char* const* argv, int af
   return 0;
 }
 
-// argv with "--" put before run's command where the user left it out, so
-// that CLI11 leaves the command's own options to it.
+// argv with "--" put before run's or elect's command where the user left it
+// out, so that CLI11 leaves the command's own options to it.
 std::vector<const char*> with_separator(const CLI::App& app, int argc, const char* const* argv) {
   std::vector<const char*> words(argv, argv + argc);
   int sub = 1;
   while (sub < argc && argv[sub][0] == '-') ++sub;
-  if (sub >= argc || std::string_view(argv[sub]) != "run") return words;
-  if (const int start = command_start(*app.get_subcommand("run"), argc, argv, sub + 1); start > 0)
+  if (sub >= argc || (std::string_view(argv[sub]) != "run" && std::string_view(argv[sub]) != "elect")) return words;
+  if (const int start = command_start(*app.get_subcommand(argv[sub]), argc, argv, sub + 1); start > 0)
     words.insert(words.begin() + start, "--");
   return words;
 }
@@ -101,7 +102,7 @@ int usage_error(CLI::App& app, const CLI::ParseError& error, int argc, const cha
   if (known) {
     help = "pgmutex " + word + " --help";
   } else if (!word.empty()) {
-    message = "unknown subcommand '" + word + "': expected run, status, release, schema or help";
+    message = "unknown subcommand '" + word + "': expected run, elect, status, release, schema or help";
   }
   err << "pgmutex: " << message << "\nRun '" << help << "' for usage.\n" << std::flush;
   return exit_code::usage;
@@ -114,7 +115,7 @@ CommandRunner add_help_command(CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     if (sub != help) names.push_back(sub->get_name());
-  help->add_option("SUBCOMMAND", *subcommand, "the subcommand whose help to print: run, status, release or schema")
+  help->add_option("SUBCOMMAND", *subcommand, "the subcommand whose help to print: run, elect, status, release or schema")
       ->type_name("")
       ->check(CLI::IsMember(names));
   help->footer(R"(Examples:
@@ -144,11 +145,16 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, std::ost
                     "pgmutex run --lock NAME [OPTIONS] [--] COMMAND [ARGS...]\n"
                     "pgmutex run --lock NAME [OPTIONS] -c STRING\n"
                     "pgmutex run --lock NAME [OPTIONS]     (no command: hold the lock)");
+  format->set_usage("elect",
+                    "pgmutex elect --lock NAME --value VALUE [OPTIONS] [--] COMMAND [ARGS...]\n"
+                    "pgmutex elect --lock NAME --value VALUE [OPTIONS]     (no command: lead until a signal)");
   app.formatter(format);
 
   std::vector<std::pair<CLI::App*, CommandRunner>> commands;
   commands.emplace_back(nullptr, add_run_command(app));
   commands.back().first = app.get_subcommand("run");
+  commands.emplace_back(nullptr, add_elect_command(app));
+  commands.back().first = app.get_subcommand("elect");
   commands.emplace_back(nullptr, add_status_command(app));
   commands.back().first = app.get_subcommand("status");
   commands.emplace_back(nullptr, add_release_command(app));

@@ -93,6 +93,7 @@ std::string metrics_table(std::span<const describe::Field> extra = {}, std::stri
 std::string flags_table(const std::string& subcommand) {
   CLI::App app;
   if (subcommand == "run") (void)pgmutex::cli::add_run_command(app);
+  else if (subcommand == "elect") (void)pgmutex::cli::add_elect_command(app);
   else (void)pgmutex::cli::add_status_command(app);
   std::string out = "| flag | default | meaning |\n|---|---|---|\n";
   for (const CLI::Option* option : app.get_subcommand(subcommand)->get_options()) {
@@ -117,9 +118,11 @@ const std::map<std::string, std::function<std::string()>>& tables() {
   static const std::map<std::string, std::function<std::string()>> all = {
       {"options", options_table},
       {"run-flags", [] { return flags_table("run"); }},
+      {"elect-flags", [] { return flags_table("elect"); }},
       {"status-flags", [] { return flags_table("status"); }},
       {"status", status_table<pgmutex::cli::LockStatus>},
       {"status-queue", status_table<pgmutex::cli::WaiterStatus>},
+      {"status-leaders", status_table<pgmutex::cli::LeaderStatus>},
       {"status-metrics",
        [] {
          return metrics_table<pgmutex::cli::LockStatus>(

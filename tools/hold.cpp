@@ -8,8 +8,8 @@
 
 namespace pgmutex::cli {
 
-HoldResult hold_until_let_go(SignalReader& signals, const Wakeup& lost) {
-  bool watch_input = true;
+HoldResult hold_until_let_go(SignalReader& signals, const Wakeup& lost, HoldInput input) {
+  bool watch_input = input == HoldInput::watched;
   for (;;) {
     std::array<pollfd, 3> fds{{{signals.fd(), POLLIN, 0}, {lost.fd(), POLLIN, 0}, {watch_input ? STDIN_FILENO : -1, POLLIN, 0}}};
     if (poll(fds.data(), fds.size(), -1) < 0) {

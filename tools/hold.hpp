@@ -12,15 +12,20 @@ enum class HoldEnd {
   lost,          // the lease was lost
 };
 
+// Whether the end of stdin lets go: run's hold (for whoever holds the other
+// end of a pipe), not elect's (held until a signal, as etcdctl elect is).
+enum class HoldInput { watched, ignored };
+
 struct HoldResult {
   HoldEnd end = HoldEnd::signal;
   int signo = 0;  // with HoldEnd::signal
 };
 
-// Blocks until one of the three. What arrives on stdin is read and dropped;
+// Blocks until one of the three (two with HoldInput::ignored). What arrives on stdin is read and dropped;
 // a stdin that is not open, or a terminal a background job may not read, is
 // never waited for. Signals must be blocked
 // (block_supervised_signals) and are read from `signals`.
-[[nodiscard]] HoldResult hold_until_let_go(SignalReader& signals, const Wakeup& lost);
+[[nodiscard]] HoldResult hold_until_let_go(SignalReader& signals, const Wakeup& lost,
+                                         HoldInput input = HoldInput::watched);
 
 }  // namespace pgmutex::cli

@@ -9,23 +9,13 @@
 #include <vector>
 
 #include "arguments.hpp"
-#include "child_process.hpp"
 #include "commands.hpp"
 #include "connection.hpp"
 #include "exit_codes.hpp"
-#include "guardian.hpp"
-#include "hold.hpp"
+#include "held_command.hpp"
 #include "interrupt_watch.hpp"
-#include "lease_watch.hpp"
-#include "lock_events.hpp"
 #include "pgmutex/basic_mutex.hpp"
-#include "pgmutex/postgres_backend.hpp"
-#include "process_group.hpp"
-#include "run_report.hpp"
-#include "safety_margin.hpp"
-#include "signals.hpp"
 #include "status_format.hpp"
-#include "supervisor.hpp"
 #include "terminal_text.hpp"
 
 namespace pgmutex::cli {
@@ -34,74 +24,17 @@ namespace {
 using RunMutex = BasicMutex<PostgresBackend, SteadyClock, LockEvents>;
 using Guard = RunMutex::guard_type;
 
-struct RunArgs {
-  ConnectionArgs connection;
-  ThresholdArgs thresholds{};
-  std::string lock;
+struct RunArgs : HoldArgs {
   bool wait = false;
   bool no_wait = false;  // -n: the default, spelled as flock spells it
   double timeout_s = 0;
   CLI::Option* timeout_option = nullptr;
-  double heartbeat_s = 0;
-  double grace_s = 10;
-  double handoff_s = 0;  // 0: the library's default
   std::vector<std::string> command;
   std::string shell_command;  // -c: run as sh -c, as flock -c
   CLI::Option* shell_option = nullptr;
-  bool quiet = false;
-  bool verbose = false;
   int conflict_exit_code = exit_code::temporary;
-  std::string instance_id;
   std::string metrics_file;
 };
-
-// The command as `status` shows it: its words joined, cut to a readable length
-// (never inside a UTF-8 character).
-std::string command_text(const std::vector<std::string>& command) {
-  constexpr std::size_t max_bytes = 200;
-  std::string text;
-  for (std::string word : command) {
-    // The column is text in the database's encoding: a word that is not
-    // UTF-8 (a Latin-1 file name) would make the acquire itself fail.
-    if (!utf8_length(word))
-      for (char& c : word)
-        if (static_cast<unsigned char>(c) >= 0x80) c = '?';
-    text += (text.empty() ? "" : " ") + word;
-  }
-  if (text.size() <= max_bytes) return text;
-  std::size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut) + "...";
-}
-
-std::string seconds_text(double seconds) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f s", seconds);
-  return buffer;
-}
-
-// The command must be gone before anyone may reclaim the lock: the safety
-// margin covers --grace where the thresholds leave room (safety_margin.hpp).
-RunMargin lock_options(const RunArgs& args) {
-  Options options;
-  options.lock_name = args.lock;
-  options.instance_id = args.instance_id;  // empty: the library's <hostname>-<random>
-  options.table = args.connection.table;
-  options.heartbeat_interval = to_duration(args.heartbeat_s);
-  options.alert_threshold = to_duration(args.thresholds.alert_s);
-  options.stale_threshold = to_duration(args.thresholds.stale_s);
-  if (args.handoff_s > 0) options.handoff_deadline = to_duration(args.handoff_s);
-  return plan_margin(std::move(options), to_duration(args.grace_s));
-}
-
-void check_lock_options(const RunArgs& args) {
-  if (auto valid = validate(lock_options(args).options, run_backend_traits); !valid) {
-    const std::string& rule = valid.error().detail;
-    const bool margin = rule.find(flag_of(&Options::safety_margin).option) != std::string::npos;
-    throw Exit(exit_code::usage, "run: " + in_flag_terms(rule) +
-                                     (margin ? " (raise --stale-threshold or lower --heartbeat-interval)" : ""));
-  }
-}
 
 void check_usage(RunArgs& args) {
   if (args.timeout_option->count() > 0) args.wait = true;
@@ -109,14 +42,9 @@ void check_usage(RunArgs& args) {
     if (!args.command.empty())
       throw Exit(exit_code::usage, "run: -c gives the command as one string: give no command after it as well");
     args.command = {"sh", "-c", args.shell_command};
-    return check_lock_options(args);
+    return check_lock_options(args, "run");
   }
-  check_lock_options(args);  // no command: hold the lock (hold_lock)
-}
-
-Verbosity verbosity_of(const RunArgs& args) noexcept {
-  if (args.quiet) return Verbosity::quiet;
-  return args.verbose ? Verbosity::verbose : Verbosity::normal;
+  check_lock_options(args, "run");  // no command: hold the lock (hold_lock)
 }
 
 // The one line a contender prints: who holds the lock and how late they are.
@@ -193,22 +121,21 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, WaitDeadline deadline, Int
   return std::move(*guard);
 }
 
-// No command, as etcdctl lock NAME: the fence on stdout, then hold until a
-// signal or the end of stdin lets go (exit 0), or the lease is lost (exit 70).
-int hold_lock(const RunArgs& args, Guard& guard, SignalReader& signals, RunMetricsFile& report) {
-  Wakeup lost;
-  std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
-  std::printf("%s\n", std::to_string(guard.fence()).c_str());
-  std::fflush(stdout);
-  if (hold_until_let_go(signals, lost).end == HoldEnd::lost || guard.lost()) {
-    report.lost();
-    (void)guard.release(nothrow);  // the row is gone or someone else's
-    throw Exit(exit_code::lost, "lock '" + shown(args.lock) + "' was lost while it was held");
-  }
-  if (auto released = guard.release(nothrow); !released && !args.quiet)
-    std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", shown(args.lock).c_str(),
-                 one_line(released.error().message()).c_str());
-  return 0;
+// What the shared code holds: the guard, released at the end.
+Holding holding_of(const RunArgs& args, Guard& guard) {
+  const std::string what = "lock '" + shown(args.lock) + "'";
+  return Holding{
+      .what = what,
+      .lost_token = guard.stop_token(),
+      .lost = [&guard] { return guard.lost(); },
+      .loss_cause =
+          [&guard] {
+            const auto why = guard.heartbeat(nothrow);
+            return why ? std::string("lease lost") : one_line(why.error().message());
+          },
+      .let_go = [&guard] { return guard.release(nothrow); },
+      .let_go_failed = "releasing " + what,
+  };
 }
 
 int execute(RunArgs& args, RunMetricsFile& report) {
@@ -221,14 +148,8 @@ int execute(RunArgs& args, RunMetricsFile& report) {
 
   // A heartbeat stuck in the network (its statement, then one reconnect)
   // must fail within one attempt's timeout, which the safety margin covers.
-  // (The backend rounds socket timeouts below 1 s up to 1 s.)
   const RunMargin plan = lock_options(args);
-  const auto attempt = validate(plan.options, run_backend_traits).value().heartbeat_timeout;
-  PostgresOptions network;
-  network.network_timeout = std::clamp<std::chrono::nanoseconds>(attempt, std::chrono::seconds(1), std::chrono::seconds(10));
-  network.connect_timeout = network.network_timeout;
-  network.reconnect_attempts = 1;
-  network.holder_command = command_text(args.command);
+  const PostgresOptions network = held_network(plan, args.command);
   // Outlives the mutex, whose hooks feed it: the lease deadline the guard enforces.
   LeaseWatch lease_watch;
   // With --wait, a server that cannot be reached yet is waited for too (a
@@ -251,106 +172,35 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   // Only a holder warns: a contender that exits 75 has no command to stop.
   if (!plan.shortfall.empty() && !args.quiet) std::fprintf(stderr, "pgmutex: warning: %s\n", one_line(plan.shortfall).c_str());
 
-  if (args.command.empty()) return hold_lock(args, guard, signals, report);
-
-  Wakeup lost;
-  std::stop_callback on_stop(guard.stop_token(), [&lost] { lost.notify(); });
-
-  EnvironmentOverrides environment{{{"PGMUTEX_LOCK", args.lock},
-                                    {"PGMUTEX_FENCE", std::to_string(guard.fence())},
-                                    {"PGMUTEX_INSTANCE", std::string(mutex.instance_id())}}};
-  // What the command leaves behind becomes our child, so that we can reap it
-  // and see its group empty before the lock goes.
-  become_subreaper();
-  ChildProcess child(args.command, environment, !in_terminal_foreground());
-  // The guard enforces the lease too: if pgmutex is stopped (SIGSTOP, or not
-  // scheduled), no renewal reaches it, and it stops the command in time.
-  std::optional<GuardedLease> guarded;
-  const auto lead = guard_lead(mutex.options(), to_duration(args.grace_s));
-  if (const auto deadline = lease_watch.deadline())
-    guarded = GuardedLease{*deadline, lead, to_duration(args.grace_s), shown(args.lock)};
-  Guardian guardian(child.kill_target(), guarded);
-  const LeaseWatchAttachment renewals(lease_watch, guardian);
-  child.set_guard(guardian.pid());
-  try {
-    child.start();
-  } catch (...) {
-    guardian.disarm();  // nothing runs: the child never exec'd and is reaped
-    throw;
+  Holding holding = holding_of(args, guard);
+  // No command, as etcdctl lock NAME: the fence on stdout, then hold until a
+  // signal or the end of stdin lets go (exit 0), or the lease is lost (exit 70).
+  if (args.command.empty()) {
+    std::printf("%s\n", std::to_string(guard.fence()).c_str());
+    std::fflush(stdout);
+    return hold_for_caller(holding, signals, report, args.quiet, HoldInput::watched);
   }
 
-  bool lease_lost = false;
-  SupervisionEvents events;
-  events.lease_lost = [&] {
-    lease_lost = true;
-    // We stop the command ourselves now (SIGKILL after --grace): the guard
-    // steps in only if we cannot, a moment after our SIGKILL was due.
-    lease_watch.detach();
-    guardian.renew(std::chrono::steady_clock::now() + to_duration(args.grace_s) + lead + std::chrono::milliseconds(100));
-    const auto why = guard.heartbeat(nothrow);
-    std::fprintf(stderr, "pgmutex: lock '%s' was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
-                 shown(args.lock).c_str(), why ? "lease lost" : one_line(why.error().message()).c_str(),
-                 seconds_text(args.grace_s).c_str());
+  SupervisedCommand command{
+      .argv = args.command,
+      .environment = {{{"PGMUTEX_LOCK", args.lock},
+                       {"PGMUTEX_FENCE", std::to_string(guard.fence())},
+                       {"PGMUTEX_INSTANCE", std::string(mutex.instance_id())}}},
+      .grace = to_duration(args.grace_s),
+      .guard_lead = guard_lead(mutex.options(), to_duration(args.grace_s)),
+      .lock = args.lock,
+      .quiet = args.quiet,
   };
-  events.leftovers = [&](const std::vector<pid_t>& pids) {
-    if (args.quiet) return;  // the lock waits for them: nothing the exit code shows
-    std::fprintf(stderr,
-                 "pgmutex: the command exited but left %zu process%s behind (%s): SIGTERM now, SIGKILL after %s; "
-                 "lock '%s' is released once they are gone\n",
-                 pids.size(), pids.size() == 1 ? "" : "es", pid_list(pids).c_str(), seconds_text(args.grace_s).c_str(),
-                 shown(args.lock).c_str());
-  };
-  events.killed_after_grace = [&](const std::vector<pid_t>& pids) {
-    if (lease_lost || args.quiet) return;  // the exit message says it, or nothing changes the exit code
-    std::fprintf(stderr, "pgmutex: killed the command's leftover processes with SIGKILL after the grace period (%s)\n",
-                 pid_list(pids).c_str());
-  };
-  events.guard_stopped = [&] {
-    lease_lost = true;
-    std::fprintf(stderr,
-                 "pgmutex: lock '%s' was lost: pgmutex sent no lease renewal in time (it was stopped or starved), so "
-                 "its guard process stopped the command: SIGTERM, SIGKILL after %s\n",
-                 shown(args.lock).c_str(), seconds_text(args.grace_s).c_str());
-  };
-  events.guardian_died = [&] {
-    if (args.quiet) return;
-    std::fprintf(stderr,
-                 "pgmutex: warning: the guard process (pid %d) ended: if pgmutex dies now, nothing stops the command\n",
-                 static_cast<int>(guardian.pid()));
-  };
-  const auto outcome = supervise(child, guardian, signals, lost, to_duration(args.grace_s), events);
-  guardian.disarm();  // nothing of the command runs any more
-
-  // Lost while the command ran, even if the command ended in the same moment:
-  // it may have run beside another holder, and the exit code says so.
-  if (outcome.lease_lost || guard.lost()) {
-    report.lost();
-    (void)guard.release(nothrow);  // the row is gone or someone else's: nothing of ours to delete
-    throw Exit(exit_code::lost, "lock '" + shown(args.lock) + "' was lost while the command ran; " +
-                                        (outcome.guard_stopped
-                                             ? std::string("pgmutex sent no lease renewal in time, and its guard process stopped the command")
-                                         : outcome.killed_after_grace
-                                             ? "what still ran of the command was killed with SIGKILL after the "
-                                               "grace period"
-                                             : "the command ended after SIGTERM"));
-  }
-  // A failed release leaves a row that goes stale: the exit code is the command's.
-  if (auto released = guard.release(nothrow); !released && !args.quiet)
-    std::fprintf(stderr, "pgmutex: warning: releasing lock '%s' failed: %s\n", shown(args.lock).c_str(),
-                 one_line(released.error().message()).c_str());
-  return outcome.exit_code;
+  return run_supervised(holding, command, lease_watch, signals, report);
 }
 
 }  // namespace
 
 CommandRunner add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
-  const Options defaults;
-  args->heartbeat_s = to_seconds(defaults.heartbeat_interval);
 
   CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock, or with no command hold it; exit 75 if the lock is taken");
   const FlagText lock = flag_of(&Options::lock_name);
-  const FlagText heartbeat = flag_of(&Options::heartbeat_interval);
   const FlagText instance = flag_of(&Options::instance_id);
   run->add_option(lock.name, args->lock, lock.help)
       ->required()
@@ -366,21 +216,7 @@ CommandRunner add_run_command(CLI::App& app) {
   run->add_flag("-n,--no-wait", args->no_wait, "exit 75 at once if the lock is taken (the default; as flock -n)")
       ->excludes(wait)
       ->excludes(args->timeout_option);
-  add_threshold_options(*run, args->thresholds);
-  run->add_option(heartbeat.name, args->heartbeat_s, heartbeat.help)
-      ->capture_default_str()
-      ->type_name("S")
-      ->check(seconds_validator());
-  const FlagText handoff = flag_of(&Options::handoff_deadline);
-  run->add_option(handoff.name, args->handoff_s, handoff.help + " (default min(2, the lease))")
-      ->type_name("S")
-      ->check(seconds_validator());
-  run->add_option("--grace", args->grace_s,
-                  "seconds between SIGTERM and SIGKILL to the command's process group, if the lock is lost or the "
-                  "command leaves processes behind")
-      ->capture_default_str()
-      ->type_name("S")
-      ->check(seconds_validator());
+  add_lease_options(*run, *args);
   CLI::Option* quiet = run->add_flag(
       "-q,--quiet", args->quiet,
       "print only what changes the exit code, and a lost lock: nothing when the lock is taken (as flock -n), no "

@@ -12,6 +12,7 @@
 BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::LockStatus, lock, instance, fence, acquired_at, seconds_since_heartbeat, state,
                         queue_length, host, pid, command);
 BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::WaiterStatus, lock, position, instance, seconds_waiting, state, host, pid);
+BOOST_HANA_ADAPT_STRUCT(pgmutex::cli::LeaderStatus, lock, term, leading, instance, since, value);
 
 namespace pgmutex::describe {
 
@@ -75,6 +76,19 @@ struct Description<cli::WaiterStatus> {
        .label = "state"},
       {.name = "host", .doc = "the waiter's host (null: not recorded)"},
       {.name = "pid", .doc = "the waiter's pid (null: not recorded)"},
+  }};
+};
+
+template <>
+struct Description<cli::LeaderStatus> {
+  static constexpr std::array<Field, 6> fields = {{
+      {.name = "lock", .doc = "the election's lock"},
+      {.name = "term", .doc = "the last term announced: its leader's grant's fence, strictly increasing per lock"},
+      {.name = "leading",
+       .doc = "true while that term's leader leads: announced, not resigned, its lock row live under the same fence"},
+      {.name = "instance", .doc = "that term's leader's instance id"},
+      {.name = "since", .doc = "when the term began (UTC, ISO 8601, the server's clock)"},
+      {.name = "value", .doc = "what the leader announced last (`pgmutex elect --value`)"},
   }};
 };
 

@@ -99,6 +99,7 @@ struct IsOptional<std::optional<T>> : std::true_type {};
 // A value as the text table shows it: names escaped, ages in seconds with one decimal.
 std::string text_of(const std::string& text) { return shown(text); }
 std::string text_of(std::int64_t number) { return std::to_string(number); }
+std::string text_of(bool yes) { return yes ? "yes" : "no"; }
 std::string text_of(double seconds) { return age_text(seconds); }
 std::string text_of(LockState state) { return std::string(to_string(state)); }
 std::string text_of(WaiterState state) { return std::string(to_string(state)); }
@@ -112,6 +113,7 @@ std::string text_of(const std::optional<T>& value) {
 // A value as JSON has it: the exact text; null for what was not recorded.
 nlohmann::json json_of(const std::string& text) { return text; }
 nlohmann::json json_of(std::int64_t number) { return number; }
+nlohmann::json json_of(bool yes) { return yes; }
 nlohmann::json json_of(double seconds) { return seconds; }
 nlohmann::json json_of(LockState state) { return to_string(state); }
 nlohmann::json json_of(WaiterState state) { return to_string(state); }
@@ -194,6 +196,22 @@ std::vector<WaiterStatus> waiters_of(const StatusReport& report) {
   return waiters;
 }
 
+std::vector<LeaderStatus> leaders_of(const StatusReport& report) {
+  std::vector<LeaderStatus> leaders;
+  for (const ElectionRow& row : report.elections) {
+    LeaderStatus l;
+    l.lock = row.lock_name;
+    l.term = row.record.term;
+    l.leading = row.record.leading();
+    l.instance = row.record.instance_id;
+    l.since = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::microseconds(row.record.since_us)));
+    l.value = row.record.value;
+    leaders.push_back(std::move(l));
+  }
+  return leaders;
+}
+
 LockStatus status_of(const LockRow& row, const ThresholdArgs& thresholds, std::int64_t queue_length) {
   LockStatus status;
   status.lock = row.lock_name;
@@ -216,6 +234,7 @@ std::string format_text(const StatusReport& report) {
   else
     text = aligned_text(statuses_of(report));
   if (!report.queue.empty()) text += "\n" + aligned_text(waiters_of(report));
+  if (!report.elections.empty()) text += "\n" + aligned_text(leaders_of(report));
   return text;
 }
 
@@ -224,11 +243,14 @@ nlohmann::json to_json(const StatusReport& report) {
   for (const LockStatus& status : statuses_of(report)) locks.push_back(json_object_of(status));
   auto queue = nlohmann::json::array();
   for (const WaiterStatus& waiter : waiters_of(report)) queue.push_back(json_object_of(waiter));
+  auto leaders = nlohmann::json::array();
+  for (const LeaderStatus& leader : leaders_of(report)) leaders.push_back(json_object_of(leader));
   return {{"table", report.table},
           {"alert_threshold", report.thresholds.alert_s},
           {"stale_threshold", report.thresholds.stale_s},
           {"locks", std::move(locks)},
-          {"queue", std::move(queue)}};
+          {"queue", std::move(queue)},
+          {"leaders", std::move(leaders)}};
 }
 
 std::string format_prometheus(const StatusReport& report) {

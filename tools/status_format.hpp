@@ -54,6 +54,17 @@ struct WaiterStatus {
   std::optional<std::int64_t> pid;
 };
 
+// One lock's election, as `status` shows it (status_description.hpp): the
+// last term announced, whether its leader leads now, and what it announced.
+struct LeaderStatus {
+  std::string lock;
+  Fence term = 0;
+  bool leading = false;
+  std::string instance;
+  std::chrono::system_clock::time_point since;
+  std::string value;
+};
+
 // By the server-clock age of the last heartbeat, judged as a reclaim judges
 // it: stale (reclaimable by an instance with these thresholds) past the
 // larger of the stale threshold and the one the holder stored; expired past
@@ -81,7 +92,11 @@ struct StatusReport {
   ThresholdArgs thresholds{};
   std::vector<LockRow> rows;
   std::vector<QueuedWaiterRow> queue;  // by lock, then in queue order
+  std::vector<ElectionRow> elections;  // by lock: every lock led now or before
 };
+
+// The report's elections, as `status` shows them.
+[[nodiscard]] std::vector<LeaderStatus> leaders_of(const StatusReport& report);
 
 // The report's waiters, positions counted per lock from 1.
 [[nodiscard]] std::vector<WaiterStatus> waiters_of(const StatusReport& report);
@@ -94,10 +109,11 @@ struct StatusReport {
 [[nodiscard]] std::string holder_text(const LockRow& row);
 
 // Aligned columns, one lock per line, or one line saying nothing is held;
-// then, if anyone waits, the queues: one waiter per line, in order.
+// then, if anyone waits, the queues: one waiter per line, in order; then, if
+// any lock has an election, its leaders: one lock per line.
 [[nodiscard]] std::string format_text(const StatusReport& report);
 
-// {"table":..., "alert_threshold":..., "stale_threshold":..., "locks":[{...}], "queue":[{...}]}
+// {"table":..., "alert_threshold":..., "stale_threshold":..., "locks":[{...}], "queue":[{...}], "leaders":[{...}]}
 [[nodiscard]] nlohmann::json to_json(const StatusReport& report);
 
 // The Prometheus text exposition: pgmutex_lock_held, _heartbeat_age_seconds,

@@ -100,6 +100,13 @@ struct ElectionWake {
   bool resync = false;
 };
 
+// One lock's election row, as a listing of a table's elections has it
+// (PostgresBackend::list_elections, for `pgmutex status`).
+struct ElectionRow {
+  std::string lock_name;
+  LeaderRecord record;
+};
+
 // Checks a value before any statement: at most max_election_value_bytes of
 // valid UTF-8 with no NUL (a TEXT column, a NOTIFY payload). The error names
 // the lock and the rule.

@@ -12,20 +12,32 @@ using namespace postgres_detail;
 
 namespace {
 
-std::int64_t int64_at(const Rows& rows, std::size_t c) { return std::strtoll(rows.text(0, c).c_str(), nullptr, 10); }
-double double_at(const Rows& rows, std::size_t c) { return std::strtod(rows.text(0, c).c_str(), nullptr); }
+std::int64_t int64_at(const Rows& rows, std::size_t c, std::size_t r = 0) {
+  return std::strtoll(rows.text(r, c).c_str(), nullptr, 10);
+}
+double double_at(const Rows& rows, std::size_t c, std::size_t r = 0) {
+  return std::strtod(rows.text(r, c).c_str(), nullptr);
+}
 
-// The election row's columns from `c` on (election_sql.cpp's record_columns);
-// NULL: never announced.
-void read_record(const Rows& rows, std::size_t c, LeaderRecord& out) {
-  if (rows.is_null(0, c)) return;
-  out.term = int64_at(rows, c);
-  out.change = int64_at(rows, c + 1);
-  out.announced = rows.text(0, c + 2) == "t";
-  out.value = rows.text(0, c + 3);
-  out.instance_id = rows.text(0, c + 4);
-  out.host = rows.text(0, c + 5);
-  out.since_us = int64_at(rows, c + 6);
+// The election row's columns from `c` on (election_sql.cpp's record_columns)
+// in row `r`; NULL: never announced.
+void read_record(const Rows& rows, std::size_t c, LeaderRecord& out, std::size_t r = 0) {
+  if (rows.is_null(r, c)) return;
+  out.term = int64_at(rows, c, r);
+  out.change = int64_at(rows, c + 1, r);
+  out.announced = rows.text(r, c + 2) == "t";
+  out.value = rows.text(r, c + 3);
+  out.instance_id = rows.text(r, c + 4);
+  out.host = rows.text(r, c + 5);
+  out.since_us = int64_at(rows, c + 6, r);
+}
+
+// The lock row's columns after the election row's, from `c` on (election_sql.cpp's lock_row_columns).
+void read_lock_row(const Rows& rows, std::size_t c, LeaderRecord& out, std::size_t r = 0) {
+  out.lock_fence = int64_at(rows, c, r);
+  out.seconds_since_heartbeat = double_at(rows, c + 1, r);
+  out.lock_live = rows.text(r, c + 2) == "t";
+  out.stale_after_s = double_at(rows, c + 3, r);
 }
 
 tl::unexpected<Error> term_over(const HolderKey& key, std::string_view what) {
@@ -45,10 +57,25 @@ Result<LeaderRecord> PostgresBackend::leader(LockRef lock, std::chrono::nanoseco
         if (!rows) return tl::unexpected(std::move(rows.error()));
         LeaderRecord out;
         read_record(*rows, 0, out);
-        out.lock_fence = int64_at(*rows, 7);
-        out.seconds_since_heartbeat = double_at(*rows, 8);
-        out.lock_live = rows->text(0, 9) == "t";
-        out.stale_after_s = double_at(*rows, 10);
+        read_lock_row(*rows, 7, out);
+        return out;
+      });
+}
+
+Result<std::vector<ElectionRow>> PostgresBackend::list_elections(std::string_view table,
+                                                                 std::chrono::nanoseconds stale_threshold) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->on_table<std::vector<ElectionRow>>(
+      table, "list the elections of '" + std::string(table) + "'", Effect::read, {},
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<std::vector<ElectionRow>> {
+        auto rows = session.run(st.list_elections, {seconds_param(stale_threshold)}, bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        std::vector<ElectionRow> out(rows->size());
+        for (std::size_t r = 0; r < rows->size(); ++r) {
+          out[r].lock_name = rows->text(r, 0);
+          read_record(*rows, 1, out[r].record, r);
+          read_lock_row(*rows, 8, out[r].record, r);
+        }
         return out;
       });
 }

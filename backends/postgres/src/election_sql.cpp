@@ -35,6 +35,17 @@ std::string record_columns(const std::string& row) {
          "holder_host, ''), (extract(epoch FROM " + r + "since) * 1000000)::bigint";
 }
 
+// The lock row `t` as an election read sees it, after the election row:
+// its fence (0: none), its heartbeat's age, and whether it is live for the
+// reader's stale threshold (`stale`, seconds) or the holder's, whichever is
+// larger, and that threshold.
+std::string lock_row_columns(std::string_view stale) {
+  return "coalesce(t.fence, 0), coalesce(" + seconds_since("t.last_heartbeat") +
+         ", 0), coalesce(t.last_heartbeat >= now() - greatest(" + std::string(stale) +
+         "::float8, coalesce(t.holder_stale_s, 0)) * interval '1 second', false), greatest(" + std::string(stale) +
+         "::float8, coalesce(t.holder_stale_s, 0))";
+}
+
 // What observers are told ($h: the lock hash), the whole change so that they
 // need no statement: 'e:<kind>:<change>:<term>:<since µs>:<n>:<instance><m>:<host><value>',
 // n and m the byte lengths of what follows them; the value last, so it may
@@ -83,13 +94,16 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
   // Who leads: $1 lock, $2 the reader's stale threshold (seconds). Leading:
   // announced, not vacated, and the lock row live under the same fence.
   s.leader = {"pgmutex_leader" + suffix,
-              "SELECT " + record_columns("e") + ", coalesce(t.fence, 0), coalesce(" +
-                  seconds_since("t.last_heartbeat") + ", 0),"
-                  " coalesce(t.last_heartbeat >= now() - greatest($2::float8, coalesce(t.holder_stale_s, 0))"
-                  " * interval '1 second', false),"
-                  " greatest($2::float8, coalesce(t.holder_stale_s, 0))"
+              "SELECT " + record_columns("e") + ", " + lock_row_columns("$2") +
                   " FROM (VALUES (1)) AS one(x) LEFT JOIN " + e + " AS e ON e.lock_name = $1"
                   " LEFT JOIN " + t + " AS t ON t.locked = 1 AND t.lock_name = $1"};
+
+  // S: every election of the table for `pgmutex status` ($1 the reader's
+  // stale threshold), each row as leader's, its lock's name first.
+  s.list_elections = {"pgmutex_list_elections" + suffix,
+                      "SELECT e.lock_name, " + record_columns("e") + ", " + lock_row_columns("$1") + " FROM " + e +
+                          " AS e LEFT JOIN " + t + " AS t ON t.locked = 1 AND t.lock_name = e.lock_name"
+                          " ORDER BY e.lock_name"};
 
   // An announcement by the holder of the lock ($1..$5 a heartbeat's key and
   // lock timeout, $6 the value, $7 the lock hash): a new term is elected, the

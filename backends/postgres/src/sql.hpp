@@ -68,6 +68,9 @@ struct TableStatements {
   Statement announce;
   // $1..$5 as announce, $6 lock hash. Returns as announce.
   Statement vacate;
+  // $1 the reader's stale seconds. Every election row of the table: its
+  // lock_name, then the columns leader returns; by lock.
+  Statement list_elections;
 };
 
 // The failover grace's marker row: lock_name '' (validate_lock_name allows

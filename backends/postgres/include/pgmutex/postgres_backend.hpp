@@ -155,6 +155,12 @@ class PostgresBackend {
   // over a pool or a transaction pooler it sleeps 500 ms and says resync.
   Result<ElectionWake> wait_for_election(LockRef lock, std::chrono::nanoseconds timeout,
                                          std::stop_token stop) noexcept;
+  // Every lock of the table that has an election row (led now or before),
+  // judged live by `stale_threshold` as leader() judges it, for `pgmutex
+  // status`. Errc::schema_missing if the table has no election table (one
+  // made before elections existed, and create_schema not run since).
+  Result<std::vector<ElectionRow>> list_elections(std::string_view table,
+                                                  std::chrono::nanoseconds stale_threshold) noexcept;
 
   // --- optional operations
   Result<bool> wait_for_release(LockRef lock, std::chrono::nanoseconds timeout) noexcept;

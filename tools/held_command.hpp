@@ -1,0 +1,90 @@
+// What `run` and `elect` share: the flags of the lease they hold, the options
+// and connection made from them, and what happens while it is held: the
+// command supervised under it (process group, signals, the guard process,
+// a lost lease), or with no command the hold until a signal lets go. `run`
+// holds a guard, `elect` a leadership: each hands over a Holding.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "arguments.hpp"
+#include "child_process.hpp"
+#include "hold.hpp"
+#include "lease_watch.hpp"
+#include "lock_events.hpp"
+#include "pgmutex/error.hpp"
+#include "pgmutex/postgres_backend.hpp"
+#include "run_report.hpp"
+#include "safety_margin.hpp"
+#include "signals.hpp"
+
+namespace pgmutex::cli {
+
+// The flags of the held lease, as run and elect take them.
+struct HoldArgs {
+  ConnectionArgs connection;
+  ThresholdArgs thresholds{};
+  std::string lock;
+  double heartbeat_s = 0;
+  double grace_s = 10;
+  double handoff_s = 0;  // 0: the library's default
+  bool quiet = false;
+  bool verbose = false;
+  std::string instance_id;
+};
+
+// --alert-threshold, --stale-threshold, --heartbeat-interval, --handoff-deadline and --grace.
+void add_lease_options(CLI::App& command, HoldArgs& args);
+
+// The library's options for these flags, with the safety margin that covers
+// --grace where the thresholds leave room (safety_margin.hpp).
+[[nodiscard]] RunMargin lock_options(const HoldArgs& args);
+// Throws Exit(usage), the message starting with `what` ("run"), unless the library accepts them.
+void check_lock_options(const HoldArgs& args, const std::string& what);
+[[nodiscard]] Verbosity verbosity_of(const HoldArgs& args) noexcept;
+
+// The connection's timeouts: a heartbeat stuck in the network must fail
+// within one attempt's timeout, which the safety margin covers.
+[[nodiscard]] PostgresOptions held_network(const RunMargin& plan, const std::vector<std::string>& command);
+
+// "2.5 s"
+[[nodiscard]] std::string seconds_text(double seconds);
+
+// What is held, as the shared code needs it: run's guard, or elect's leadership.
+struct Holding {
+  std::string what;                         // "lock 'x'": what the messages say was lost or is released
+  std::stop_token lost_token;               // stopped once the lease is lost
+  std::function<bool()> lost;               // true once the lease is lost
+  std::function<std::string()> loss_cause;  // "lease lost", or what a heartbeat says now
+  std::function<Result<void>()> let_go;     // release, or resign
+  std::string let_go_failed;                // "releasing lock 'x'": the warning when let_go fails
+};
+
+struct SupervisedCommand {
+  std::vector<std::string> argv;
+  EnvironmentOverrides environment;
+  std::chrono::nanoseconds grace{};
+  std::chrono::nanoseconds guard_lead{};  // guard_lead(options, grace)
+  std::string lock;                       // the name the guard process says it stopped the command for
+  bool quiet = false;
+};
+
+// Runs the command while `holding` is held, supervised: signals forwarded to
+// its process group, its leftovers stopped, the guard process armed with the
+// lease deadlines `lease_watch` receives. Lets go once nothing of it runs.
+// Returns its exit code; throws Exit(lost) if the lease was lost meanwhile.
+int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
+                   RunMetricsFile& report);
+
+// No command: holds until a signal (or with HoldInput::watched the end of
+// stdin) lets go, then lets go and returns 0; throws Exit(lost) if the lease
+// is lost first.
+int hold_for_caller(Holding& holding, SignalReader& signals, RunMetricsFile& report, bool quiet, HoldInput input);
+
+}  // namespace pgmutex::cli
