@@ -11,6 +11,7 @@
 #include "arguments.hpp"
 #include "commands.hpp"
 #include "connection.hpp"
+#include "elect_listen.hpp"
 #include "exit_codes.hpp"
 #include "held_command.hpp"
 #include "interrupt_watch.hpp"
@@ -28,10 +29,13 @@ struct ElectArgs : HoldArgs {
   double timeout_s = 0;
   CLI::Option* timeout_option = nullptr;
   std::vector<std::string> command;
+  bool listen = false;
+  bool json = false;
 };
 
 // The value is checked before any statement, by the library's own rule.
-void check_usage(const ElectArgs& args) {
+void check_usage(const ElectArgs& args, const CLI::Option& value) {
+  if (value.count() == 0) throw Exit(exit_code::usage, "elect: --value is required to campaign (or --listen to follow)");
   if (auto valid = validate_election_value(args.lock, args.value); !valid)
     throw Exit(exit_code::usage, "elect: --value: " + one_line(valid.error().detail));
   check_lock_options(args, "elect");
@@ -79,8 +83,14 @@ Holding holding_of(const ElectArgs& args, Leadership& leadership) {
   };
 }
 
-int execute(ElectArgs& args) {
-  check_usage(args);
+int execute(ElectArgs& args, const CLI::Option& value) {
+  if (args.listen) {
+    if (value.count() > 0 || !args.command.empty())
+      throw Exit(exit_code::usage, "elect: --listen follows the election: it takes no --value and no command");
+    return listen_for_leaders(ListenArgs{args.connection, args.lock, args.instance_id, args.json});
+  }
+  if (args.json) throw Exit(exit_code::usage, "elect: --json goes with --listen");
+  check_usage(args, value);
 
   // Before any thread exists, so that every thread inherits the mask.
   block_supervised_signals();
@@ -139,11 +149,16 @@ CommandRunner add_elect_command(CLI::App& app) {
       ->required()
       ->type_name("NAME")
       ->check(lock_name_validator());
-  elect->add_option("--value", args->value,
+  CLI::Option* value = elect->add_option("--value", args->value,
                     "what the leader announces (its address, say): at most 7168 bytes of UTF-8 with no NUL; "
-                    "`pgmutex status` shows it, the command gets it as PGMUTEX_VALUE")
-      ->required()
+                    "`pgmutex status` shows it, the command gets it as PGMUTEX_VALUE; required to campaign")
       ->type_name("VALUE");
+  elect->add_flag("-l,--listen", args->listen,
+                  "do not campaign: print the current leader, then every change (elected, proclaimed, vacated, "
+                  "expired), one line each, until SIGINT or SIGTERM (exit 0)");
+  elect->add_flag("--json", args->json,
+                  "with --listen: each line a JSON object: lock, event, term, change, value, instance, host, since "
+                  "(null while nobody leads), gap, missed");
   args->timeout_option = elect->add_option("-w,--timeout", args->timeout_s,
                                            "campaign up to S seconds, then exit 75 (default: wait in line with no end)")
                              ->type_name("S")
@@ -178,6 +193,11 @@ With no command (as etcdctl elect NAME PROPOSAL), pgmutex prints one line
 saying it leads, with the term and value, and leads until SIGINT or SIGTERM (or
 another signal that ends a process), then resigns and exits 0.
 
+With --listen (as etcdctl elect -l NAME), pgmutex never campaigns: it prints
+who leads now, then every change in term order as it happens (woken by
+NOTIFY: no polling), until SIGINT or SIGTERM, then exits 0. Changes it could
+not see (a lost connection) come as one line saying how many were missed.
+
 Exit codes: the command's; 70 if the leadership was lost (its lease lost)
 while it led; 75 if --timeout passed before it led; 64 usage, or a value over
 7168 bytes, not UTF-8 or with a NUL; 128+N interrupted by signal N while
@@ -187,8 +207,9 @@ Examples:
   pgmutex elect --lock primary --value 10.0.0.7:5432 -- ./serve-as-primary.sh
   pgmutex elect --lock scheduler --value "$(hostname)" -w 60 -- ./scheduler
   pgmutex elect --lock primary --value 10.0.0.7:5432 &   # lead until killed
+  pgmutex elect --lock primary --listen --json            # follow the leader
   pgmutex status primary --json | jq '.leaders[0]'       # who leads, which term)help");
-  return [args] { return execute(*args); };
+  return [args, value] { return execute(*args, *value); };
 }
 
 }  // namespace pgmutex::cli

@@ -4,7 +4,8 @@
 # leads after the first with a higher term; with no command the leader holds
 # until SIGTERM, then resigns (the election row vacated) and exits 0; a lost
 # lease exits 70; a bad value is refused before any statement (64); status
-# shows the leaders in text and JSON.
+# shows the leaders in text and JSON; --listen prints the present, then every
+# change, until a signal.
 source "$(dirname "$0")/lib.sh" "$@"
 
 expect 0 "schema" pgm schema
@@ -126,6 +127,49 @@ equal "$(queued busy)" "0" "... and leaves no place in line"
 kill -TERM "$busy"
 wait_exit "$busy" 10
 equal "$EXIT" "0" "the busy leader resigns on SIGTERM"
+
+# --- --listen: the present, then every change, until SIGTERM ---------------------
+"$PGMUTEX" elect --table "$TABLE" --lock watched --listen --json >"$WORK/listen.out" 2>"$WORK/listen.err" &
+listener=$!
+background_pids+=("$listener")
+wait_for_file "$WORK/listen.out"
+equal "$(jq -c '[.lock, .event, .value, .instance, .gap]' <(sed -n 1p "$WORK/listen.out"))" \
+  '["watched","current",null,null,false]' "json: first the present: nobody leads (value and instance null)"
+expect 0 "a leader comes and goes" pgm elect --lock watched --value 10.0.0.9:80 --instance-id web-9 -- true
+# lines_in FILE N: until FILE has N lines (fails the check after 10 s).
+lines_in() {
+  local waited=0
+  while (($(wc -l <"$1") < $2)); do
+    sleep 0.05
+    waited=$((waited + 1))
+    ((waited > 200)) && { fail "timed out waiting for $2 lines in $1"; return 1; }
+  done
+  return 0
+}
+lines_in "$WORK/listen.out" 3
+equal "$(jq -c '[.event, .value, .instance, (.term | type), .gap]' <(sed -n 2p "$WORK/listen.out"))" \
+  '["elected","10.0.0.9:80","web-9","number",false]' "json: elected, with the value, the instance, an integer term"
+equal "$(jq -c '[.event, .value, .instance, .gap]' <(sed -n 3p "$WORK/listen.out"))" \
+  '["vacated",null,null,false]' "json: vacated when the command ended, nobody leads"
+listened_term=$(jq '.term' <(sed -n 2p "$WORK/listen.out"))
+equal "$(jq '.term' <(sed -n 3p "$WORK/listen.out"))" "$listened_term" "the vacated term is the elected one"
+kill -TERM "$listener"
+wait_exit "$listener" 10
+equal "$EXIT" "0" "SIGTERM ends listening: exit 0"
+# The text form.
+"$PGMUTEX" elect --table "$TABLE" --lock watched --listen >"$WORK/listen.txt" 2>&1 &
+listener=$!
+background_pids+=("$listener")
+wait_for_file "$WORK/listen.txt"
+matches "$WORK/listen.txt" "^term $listened_term: nobody leads \(now\)$" "text: who leads now"
+kill -TERM "$listener"
+wait_exit "$listener" 10
+equal "$EXIT" "0" "SIGTERM ends the text form too"
+expect 64 "--listen takes no value" pgm elect --lock watched --listen --value v
+contains "$ERR" "--listen follows the election: it takes no --value and no command" "says why"
+expect 64 "--json without --listen" pgm elect --lock watched --value v --json -- true
+expect 64 "no --value and no --listen" pgm elect --lock watched -- true
+contains "$ERR" "--value is required to campaign" "says what is missing"
 
 # --- a value the library refuses: 64, before any statement ------------------------
 big=$(head -c 7169 /dev/zero | tr '\0' a)

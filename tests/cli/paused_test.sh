@@ -9,7 +9,20 @@
 # must have stopped the holder's command before its lease ran out: no write of
 # the holder's falls inside the rival's run. After SIGCONT pgmutex exits 70
 # and says the lock was lost.
+#
+# PGMUTEX_PAUSED_VERB=elect runs the same with a leader (pgmutex elect) and a
+# rival candidate: a stopped leader acts as leader no longer than its lease,
+# and the successor leads with a higher term.
 source "$(dirname "$0")/lib.sh" "$@"
+verb=${PGMUTEX_PAUSED_VERB:-run}
+if [[ "$verb" == elect ]]; then
+  holder_args=(elect --value holder)
+  rival_args=(elect --value rival -w 20)
+else
+  holder_args=(run)
+  rival_args=(run --wait --timeout 20)
+  lost_text="lock 'paused' was lost"
+fi
 
 expect 0 "schema" pgm schema
 # A 2.3 s lease (4 s - a 1.7 s margin: the 0.5 s grace, a 1 s attempt, the
@@ -17,8 +30,9 @@ expect 0 "schema" pgm schema
 short=(--heartbeat-interval 0.2 --alert-threshold 1 --stale-threshold 4 --grace 0.5)
 
 # Timestamps in microseconds, from bash's own clock (no process per write).
-setsid "$PGMUTEX" run --table "$TABLE" --lock paused "${short[@]}" -- bash -c \
-  'echo $$ >"$0"; while :; do echo "${EPOCHREALTIME/./}" >>"$1"; sleep 0.05; done' "$WORK/pid" "$WORK/holder.log" \
+setsid "$PGMUTEX" "${holder_args[0]}" --table "$TABLE" "${holder_args[@]:1}" --lock paused "${short[@]}" -- bash -c \
+  'echo $$ >"$0"; echo "${PGMUTEX_FENCE:-0}" >"$0.fence"; while :; do echo "${EPOCHREALTIME/./}" >>"$1"; sleep 0.05; done' \
+  "$WORK/pid" "$WORK/holder.log" \
   >"$WORK/holder.out" 2>"$WORK/holder.err" &
 holder=$!  # setsid execs pgmutex: this is pgmutex, and it leads its process group
 background_pids+=("$holder")
@@ -49,8 +63,9 @@ sleep 0.3
 
 # The rival waits for the row to go stale (4 s after the last heartbeat).
 expect 0 "a rival takes the lock once the stopped holder's row is stale" \
-  pgm run --lock paused "${short[@]}" --wait --timeout 20 -- bash -c \
-  'echo "${EPOCHREALTIME/./}" >"$0"; sleep 1.5; echo "${EPOCHREALTIME/./}" >"$1"' "$WORK/rival.start" "$WORK/rival.end"
+  pgm "${rival_args[@]}" --lock paused "${short[@]}" -- bash -c \
+  'echo "${EPOCHREALTIME/./}" >"$0"; echo "$PGMUTEX_FENCE" >"$0.fence"; sleep 1.5; echo "${EPOCHREALTIME/./}" >"$1"' \
+  "$WORK/rival.start" "$WORK/rival.end"
 rival_start=$(cat "$WORK/rival.start" 2>/dev/null || echo 0)
 rival_end=$(cat "$WORK/rival.end" 2>/dev/null || echo 0)
 ((rival_start > 0 && rival_end > rival_start)) && pass "the rival's command ran $(((rival_end - rival_start) / 1000)) ms" ||
@@ -71,6 +86,13 @@ contains "$WORK/holder.err" "pgmutex-guard: no lease renewal from pgmutex for lo
 kill -CONT -- "-$pgmutex_pgid"
 wait_exit "$holder" 30
 equal "$EXIT" "70" "after SIGCONT, pgmutex exits 70 (lost)"
-contains "$WORK/holder.err" "lock 'paused' was lost" "and says the lock was lost"
+holder_term=$(cat "$WORK/pid.fence")
+[[ "$verb" == elect ]] && lost_text="the leadership of lock 'paused' (term $holder_term) was lost"
+contains "$WORK/holder.err" "$lost_text" "and says the lock was lost"
+if [[ "$verb" == elect ]]; then
+  rival_term=$(cat "$WORK/rival.start.fence" 2>/dev/null || echo 0)
+  ((rival_term > holder_term)) && pass "the successor leads with a higher term ($rival_term > $holder_term)" ||
+    fail "terms: the stopped leader's $holder_term, the successor's $rival_term"
+fi
 [[ -z $(ps -o pid= -p "${guard_pid:-0}") ]] && pass "the guard is gone" || fail "the guard outlived pgmutex"
 finish

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "pgmutex/mutex.hpp"
 #include "pgmutex/postgres_pool.hpp"
 #include "support.hpp"
 
@@ -527,4 +528,27 @@ TEST_CASE("a role that lacks a privilege on the table or its sequence is told wh
   auto won = b.try_acquire(request(table, "job", "me"));
   REQUIRE(won);
   CHECK(won->acquired);
+}
+
+TEST_CASE("a role granted only the lock may run locks; a campaign it may not run names the elections table's GRANT",
+          "[privilege][election]") {
+  const std::string table = fresh_table("least_election");
+  REQUIRE(PostgresBackend("").create_schema(table));
+  const std::string role = fresh_role("least_elect_role");
+  grant_least(table, role);
+  pgmutex::Options o = options(table, "primary", "a");
+  pgmutex::Election election(PostgresBackend("user=" + role), o);
+  auto refused = election.campaign(pgmutex::nothrow, "10.0.0.1:80", 5s);
+  REQUIRE_FALSE(refused);
+  INFO(refused.error().message());
+  CHECK(refused.error() == Errc::permission_denied);
+  const std::string grant = "GRANT SELECT, INSERT, UPDATE ON " + table + "_election TO " + role;
+  CHECK_THAT(refused.error().message(), Catch::Contains(grant));
+  // The campaign's refused announce left nothing behind: the lock is free again.
+  CHECK(admin("SELECT count(*) FROM " + table)[0][0].as<int>() == 0);
+
+  admin(grant);
+  auto lead = election.campaign("10.0.0.1:80", 5s);
+  REQUIRE(lead);
+  CHECK(election.leader()->value == "10.0.0.1:80");
 }

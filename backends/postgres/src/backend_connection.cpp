@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backend_impl.hpp"
+#include "pgmutex/table_name.hpp"
 #include "dsn.hpp"
 #include "host_attempts.hpp"
 #include "pooled_session.hpp"
@@ -27,6 +28,16 @@ void name_the_grants(StatementFailure& failure, std::string_view table, const st
       table.empty())
     return;
   const std::string r = role.empty() ? "ROLE" : sql_identifier(role);
+  // A refusal on the elections table (named in the server's message): its own GRANT.
+  const std::string elections = sql_election_table(table);
+  const auto parts = parse_table_name(table);
+  if (parts && failure.message.find("permission denied for table " + derived_identifier("", parts->name, "_election")) !=
+                   std::string::npos) {
+    failure.hint = "role " + r + " needs SELECT on the elections table " + elections + " to read leaders, and "
+                   "INSERT, UPDATE too to campaign; as its owner, run: GRANT SELECT, INSERT, UPDATE ON " + elections +
+                   " TO " + r;
+    return;
+  }
   if (effect == Effect::read) {
     failure.hint = "role " + r + " needs SELECT on the lock table " + sql_table(table) + " and its queue " +
                    sql_queue_table(table) + " to read them; as their owner, run: GRANT SELECT ON " +
