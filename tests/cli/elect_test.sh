@@ -171,6 +171,34 @@ expect 64 "--json without --listen" pgm elect --lock watched --value v --json --
 expect 64 "no --value and no --listen" pgm elect --lock watched -- true
 contains "$ERR" "--value is required to campaign" "says what is missing"
 
+# --- a leader SIGKILLed: the successor leads only once its row is stale ----------
+"$PGMUTEX" elect --table "$TABLE" --lock killed --listen --json >"$WORK/killed.listen" 2>&1 &
+killed_listener=$!
+background_pids+=("$killed_listener")
+wait_for_file "$WORK/killed.listen"
+"$PGMUTEX" elect --table "$TABLE" --lock killed --value doomed --heartbeat-interval 0.2 --alert-threshold 1 \
+  --stale-threshold 3 --grace 0.5 -- sh -c "echo \$PGMUTEX_TERM >'$WORK/killed.term'; exec sleep 60" \
+  >/dev/null 2>"$WORK/killed.err" &
+victim=$!
+background_pids+=("$victim")
+wait_for_file "$WORK/killed.term"
+kill -KILL "$victim"
+killed_at=$(now_ms)
+expect 0 "a candidate after the SIGKILL leads once the row is stale" \
+  pgm elect --lock killed --value successor -w 20 --stale-threshold 3 --alert-threshold 1 --heartbeat-interval 0.2 \
+  -- sh -c "echo \$PGMUTEX_TERM >'$WORK/successor.term'"
+waited=$(($(now_ms) - killed_at))
+((waited >= 2500)) && pass "the successor waited for the stale row (${waited} ms after the SIGKILL)" ||
+  fail "the successor led ${waited} ms after the SIGKILL, before the 3 s threshold"
+(($(cat "$WORK/successor.term") > $(cat "$WORK/killed.term"))) && pass "with a higher term" || fail "terms did not rise"
+for _ in $(seq 200); do [[ "$(tail -n 1 "$WORK/killed.listen" | jq -r .event)" == vacated ]] && break; sleep 0.05; done
+equal "$(jq -c -s '[.[] | select(.event != "expired") | [.event, .term]]' "$WORK/killed.listen")" \
+  "[[\"current\",0],[\"elected\",$(cat "$WORK/killed.term")],[\"elected\",$(cat "$WORK/successor.term")],[\"vacated\",$(cat "$WORK/successor.term")]]" \
+  "the listener: nobody, the killed leader, (perhaps its expiry,) the successor, its resignation, in order"
+equal "$(jq -c 'select(.gap)' "$WORK/killed.listen")" "" "no gap while connected"
+kill -TERM "$killed_listener"
+wait_exit "$killed_listener" 10
+
 # --- a value the library refuses: 64, before any statement ------------------------
 big=$(head -c 7169 /dev/zero | tr '\0' a)
 expect 64 "a value over 7168 bytes: 64" pgm elect --lock big --value "$big" -- true
