@@ -64,12 +64,9 @@ python=/usr/bin/python3  # Debian's, where python3-kazoo is installed
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-handoff.XXXXXX")
 etcd_pid="" zookeeper_pid="" workload_pid=""
 
-stop_pid() {  # stop_pid PID: SIGTERM, then SIGKILL after 5 s
-  local pid=$1
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-}
+# stop_pid PID and start_etcd (etcd 3.4 on loopback, in "$tmp"): benchmarks/queue/etcd.sh
+# shellcheck source=etcd.sh
+source "$here/etcd.sh"
 
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
@@ -108,34 +105,7 @@ export BENCH_PGMUTEX="$pgmutex"
 export BENCH_PG_DSN="host=127.0.0.1 port=$PGPORT dbname=pgmutex user=postgres"
 "$pgmutex" schema --dsn "$BENCH_PG_DSN" >/dev/null
 
-# --- etcd 3.4 on loopback, metrics on their own port ------------------------------------------
-start_etcd() {
-  local client peer metrics
-  for _ in 1 2 3; do
-    read -r client peer metrics < <("$python" "$here/free_ports.py" 3)
-    rm -rf "$tmp/etcd"
-    /usr/bin/etcd --name bench --data-dir "$tmp/etcd" \
-      --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
-      --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-      --initial-cluster "bench=http://127.0.0.1:$peer" --initial-cluster-state new \
-      --listen-metrics-urls "http://127.0.0.1:$metrics" --metrics basic \
-      --logger zap --log-level warn >"$tmp/etcd.log" 2>&1 &
-    etcd_pid=$!
-    for _ in $(seq 100); do
-      if etcdctl --endpoints "127.0.0.1:$client" endpoint health >/dev/null 2>&1; then
-        export BENCH_ETCD_ENDPOINT="127.0.0.1:$client" BENCH_ETCD_METRICS="http://127.0.0.1:$metrics/metrics"
-        log "etcd $(/usr/bin/etcd --version | awk '/etcd Version/ {print $3}') on 127.0.0.1:$client (metrics :$metrics)"
-        return 0
-      fi
-      kill -0 "$etcd_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    stop_pid "$etcd_pid"; etcd_pid=""
-  done
-  cat "$tmp/etcd.log" >&2
-  log "etcd did not start (log above)"
-  return 1
-}
+# --- etcd 3.4 on loopback, metrics on their own port: start_etcd (etcd.sh) ---------------------
 
 # --- ZooKeeper 3.8 standalone on loopback, its own data dir, 4lw mntr on -----------------------
 zookeeper_answers() {  # zookeeper_answers PORT WORD: prints the four-letter word's answer
