@@ -3,8 +3,8 @@
 // wake-up per handoff), then announces its value: the term is the grant's
 // fence, the value what the leader tells the others (its address, its shard
 // map). The leadership it returns is a guard with a value (leadership.hpp).
-// leader() reads who leads in one statement; observing every change comes
-// with the observers (not yet). Aliases next to the mutex's: pgmutex::Election
+// leader() reads who leads in one statement; observer() follows every
+// change (pgmutex/observer.hpp). Aliases next to the mutex's: pgmutex::Election
 // (Postgres, pgmutex/mutex.hpp), pgmutex::SessionElection (pgmutex/session.hpp)
 // and pgmutex::testing::SimElection (the simulation).
 #pragma once
@@ -18,6 +18,7 @@
 
 #include "pgmutex/basic_mutex.hpp"
 #include "pgmutex/leadership.hpp"
+#include "pgmutex/observer.hpp"
 
 namespace pgmutex {
 
@@ -104,6 +105,19 @@ class BasicElection {
     return leader_of(*record);
   }
   std::optional<Leader> leader() { return value_or_throw(leader(nothrow)); }
+
+  // An observer of this election (pgmutex/observer.hpp) on another backend
+  // to the same server (the backend's share(), else a copy: on Postgres a
+  // connection of its own), so that its waits never queue behind this
+  // object's campaign: a candidate that also follows who leads.
+  Result<BasicObserver<B, C, M, E>> observer(nothrow_t) {
+    auto* state = detail::AsyncAccess::state_of(mutex_);
+    auto options = detail::options_for_lock(state->options, name());
+    if (!options) return tl::unexpected(std::move(options.error()));
+    return BasicObserver<B, C, M, E>(detail::share_backend(state->io.backend), std::move(*options), state->clock,
+                                     state->metrics, state->executor);
+  }
+  BasicObserver<B, C, M, E> observer() { return value_or_throw(observer(nothrow)); }
 
  private:
   mutex_type mutex_;

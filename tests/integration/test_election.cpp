@@ -294,8 +294,17 @@ TEST_CASE("Election and SessionElection: campaign, leader(), proclaim, resign to
   REQUIRE(*next);
   CHECK(next->term() > first);
   CHECK(a.leader()->instance_id == "b");
+  // A candidate's own observer, on a connection of its own.
+  auto follows = a.observer();
+  auto now_leads = follows.next(5s);
+  REQUIRE(now_leads);
+  REQUIRE(now_leads->leader);
+  CHECK(now_leads->leader->instance_id == "b");
   next.reset();  // resigns
   CHECK_FALSE(a.leader());
+  auto vacated = follows.next(5s);
+  REQUIRE(vacated);
+  CHECK(vacated->event == pgmutex::LeaderEvent::vacated);
 }
 
 namespace {

@@ -289,3 +289,23 @@ TEST_CASE("BasicObserver::observe waits out an unreachable server, and ends on a
   REQUIRE_FALSE(missing);
   CHECK(missing.error() == Errc::schema_missing);
 }
+
+TEST_CASE("BasicElection::observer: a candidate follows the election on a backend of its own", "[observer][election]") {
+  testing::Simulation sim;
+  auto a = sim.election(member("a"));
+  auto b = sim.election(member("b"));
+  a.create_schema();
+  auto lead = a.campaign("a", 1s);
+  REQUIRE(lead);
+  auto follows = b.observer();
+  auto now = follows.next(1s);
+  REQUIRE(now);
+  CHECK(now->event == LeaderEvent::current);
+  REQUIRE(now->leader);
+  CHECK(now->leader->instance_id == "a");
+  CHECK(follows.name() == "primary");
+  lead.resign();
+  auto vacated = follows.next(1s);
+  REQUIRE(vacated);
+  CHECK(vacated->event == LeaderEvent::vacated);
+}
