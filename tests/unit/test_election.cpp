@@ -257,6 +257,9 @@ TEST_CASE("BasicElection: a leader paused past its lease cannot proclaim, even w
   sim.pause("a");  // SIGSTOP: no heartbeat, no watchdog
   sim.advance(700s);  // past the lease; nobody else campaigned, so the row is still a's
   sim.resume("a");
+  // Its held-back timers run now, late, as a resumed process's would (and
+  // free what they hold of the election's state).
+  sim.executor().run_due();
   auto observer = sim.connection("observer");
   const auto before = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
   CHECK(before.term == lead.term());
