@@ -400,6 +400,9 @@ TEST_CASE("real time: SteadyClock, ThreadExecutor and MemoryBackend together", "
   // The watchdog fires 80 ms after the last good heartbeat; wait up to 10 s for it.
   ThreadExecutor{}.wait_for(10s, saw_loss.get_token());
   CHECK(g.lost());
+  // The token stops first, then the `lost` hook runs (mutex_state.hpp
+  // announce_lost): this thread may wake in between. Wait for it, up to 10 s.
+  for (int i = 0; i < 1000 && record.count("lost") == 0; ++i) ThreadExecutor{}.wait_for(10ms, {});
   CHECK(record.count("lost") == 1);
   CHECK(record.count("heartbeat_failed") >= 1);
 }
