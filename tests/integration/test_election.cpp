@@ -311,7 +311,8 @@ namespace {
 
 // The next change within 5 s, taking errors as a reconnect does (a
 // terminated backend answers one error, then the observer reads again).
-pgmutex::LeaderChange next_change(pgmutex::Observer& o) {
+template <class Observer>
+pgmutex::LeaderChange next_change(Observer& o) {
   for (int i = 0; i < 10; ++i) {
     auto c = o.next(pgmutex::nothrow, 5s);
     if (!c) {
@@ -401,6 +402,59 @@ TEST_CASE("Observer: changes missed while its backend was terminated come as a g
   CHECK(more.event == pgmutex::LeaderEvent::proclaimed);
   CHECK_FALSE(more.gap);
   CHECK(more.leader->value == "four");
+}
+
+TEST_CASE("SessionObserver: twenty observers on one Session share its LISTEN; every change reaches each, no "
+          "statement per change; a lost connection comes as a gap",
+          "[election][observe][session]") {
+  const std::string table = fresh_table("election_observe_session");
+  pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
+  a.create_schema();
+  const std::string app = "observers_" + table;
+  auto session = pgmutex::Session::create("application_name=" + app);
+  std::vector<pgmutex::SessionObserver> observers;
+  for (int i = 0; i < 20; ++i)
+    observers.emplace_back(session->backend(), options(table, "primary", "watcher" + std::to_string(i)));
+  for (auto& o : observers) CHECK(next_change(o).event == pgmutex::LeaderEvent::current);
+  const auto before = session->stats();
+
+  auto lead = a.campaign("10.0.0.1:80", 5s);
+  REQUIRE(lead);
+  lead.proclaim("10.0.0.1:81");
+  lead.resign();
+  for (auto& o : observers) {
+    const pgmutex::LeaderChange seen[] = {next_change(o), next_change(o), next_change(o)};
+    CHECK(seen[0].event == pgmutex::LeaderEvent::elected);
+    CHECK(seen[0].term == lead.term());
+    CHECK(seen[1].event == pgmutex::LeaderEvent::proclaimed);
+    CHECK(seen[1].leader->value == "10.0.0.1:81");
+    CHECK(seen[2].event == pgmutex::LeaderEvent::vacated);
+    for (const auto& c : seen) CHECK_FALSE(c.gap);
+  }
+  // Three changes heard by twenty observers: three NOTIFYs on one connection, no statement.
+  CHECK(session->stats().statements == before.statements);
+  CHECK(session->stats().notifications - before.notifications == 3);
+
+  // The session's connection terminated: the next changes come as one gap
+  // to each observer (they LISTEN again on the new connection and read).
+  admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" + app + "'");
+  auto again = a.campaign("10.0.0.1:82", 5s);
+  REQUIRE(again);
+  again.proclaim("10.0.0.1:83");
+  for (auto& o : observers) {
+    auto after = next_change(o);
+    CHECK(after.gap);
+    CHECK(after.missed == 1);
+    REQUIRE(after.leader);
+    CHECK(after.leader->value == "10.0.0.1:83");
+    CHECK(after.term == again.term());
+  }
+  again.proclaim("10.0.0.1:84");
+  for (auto& o : observers) {
+    auto more = next_change(o);
+    CHECK(more.event == pgmutex::LeaderEvent::proclaimed);
+    CHECK_FALSE(more.gap);
+  }
 }
 
 TEST_CASE("Observer: a leader whose heartbeats stop is reported expired at its stale deadline",

@@ -80,7 +80,7 @@ Result<bool> PostgresBackend::wait_for_release(LockRef lock_ref, std::chrono::na
 
 namespace postgres_detail {
 
-Result<std::string> SharedAccess::listen(PostgresBackend& backend, LockRef lock_ref) noexcept {
+Result<std::string> SharedAccess::listen(PostgresBackend& backend, LockRef lock_ref, std::string_view suffix) noexcept {
   auto& impl = backend.impl_;
   if (!impl) return moved_from();
   if (auto valid = validate_table_name(lock_ref.table); !valid) return tl::unexpected(std::move(valid.error()));
@@ -90,7 +90,7 @@ Result<std::string> SharedAccess::listen(PostgresBackend& backend, LockRef lock_
       [&](Session& session, const Bound& bound) -> Outcome<std::string> {
         auto oid = session.table_oid(lock_ref.table, bound);
         if (!oid) return tl::unexpected(std::move(oid.error()));
-        std::string channel = postgres_detail::release_channel(*oid, lock_ref.lock_name);
+        std::string channel = postgres_detail::release_channel(*oid, lock_ref.lock_name) + std::string(suffix);
         auto& own_session = dynamic_cast<OwnSession&>(session);
         if (auto listened = own_session.listen(channel, bound); !listened)
           return tl::unexpected(std::move(listened.error()));

@@ -3,6 +3,7 @@
 // connection, plus the session's batched heartbeats and shared waits.
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "pgmutex/session.hpp"
@@ -76,9 +77,16 @@ const SessionOptions& Session::options() const noexcept { return core_->options(
 struct SessionBackend::Impl {
   explicit Impl(std::shared_ptr<Session> s)
       : session(std::move(s)), mark(std::make_shared<DurableMark>()), backend(SharedAccess::make(session->core_, mark)) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    if (election_box) core().close_election_box(*election_box);
+  }
   std::shared_ptr<Session> session;
   std::shared_ptr<DurableMark> mark;  // shared with `backend`: its acquires and durable heartbeats note it
   PostgresBackend backend;
+  // This backend's observer's box of election changes, opened on its first wait.
+  std::optional<postgres_detail::SessionCore::ElectionBoxId> election_box;
   [[nodiscard]] postgres_detail::SessionCore& core() const { return *session->core_; }
 };
 
@@ -234,6 +242,20 @@ Result<LeaderRecord> SessionBackend::vacate(const HolderKey& key) noexcept {
   if (!impl_) return moved_from();
   return impl_->backend.vacate(key);
 }
+
+Result<ElectionWake> SessionBackend::wait_for_election(LockRef lock, std::chrono::nanoseconds timeout,
+                                                       std::stop_token stop) noexcept {
+  if (!impl_) return moved_from();
+  try {
+    if (!impl_->election_box) impl_->election_box = impl_->core().open_election_box();
+    return impl_->core().wait_for_election(*impl_->election_box, lock, timeout, std::move(stop));
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::backend_unavailable, "wait for the election of lock '" + std::string(lock.lock_name) +
+                                               "': out of memory");
+  }
+}
+
+static_assert(BackendWaitsForElections<SessionBackend>);
 
 Result<void> SessionBackend::dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept {
   if (!impl_) return moved_from();

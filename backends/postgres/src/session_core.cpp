@@ -66,6 +66,8 @@ void SessionCore::stop() noexcept {
     // this session (and an async operation's may hand its work elsewhere).
     for (auto& [key, place] : places_)
       if (place.waiting != nullptr) place.waiting->notify_all();  // it ends: the session stopped
+    for (auto& [id, box] : election_boxes_)
+      if (box.waiting != nullptr) box.waiting->notify_all();
     for (auto& q : jobs_) {
       if (q.waited != nullptr) q.waited->cv.notify_all();
       else unrun.push_back(std::move(q));

@@ -108,6 +108,22 @@ class SessionCore : public SharedConnection {
   // The place is left, lost or granted: its entry goes.
   void forget_place(std::string_view table, std::int64_t ticket) noexcept;
 
+  // Election observers (issue 18; election_book.cpp): one LISTEN per
+  // election on the session's connection; every NOTIFY's change is handed
+  // to the box of each observer of that election, so observers make no
+  // statement per change however many share the session. A box is one
+  // observer's (a SessionBackend's), opened on its first wait.
+  using ElectionBoxId = std::uint64_t;
+  ElectionBoxId open_election_box();
+  void close_election_box(ElectionBoxId id) noexcept;
+  // As PostgresBackend::wait_for_election, for box `id`: a box not
+  // listening yet (new, or its connection went) LISTENs on the I/O thread
+  // and says resync; else it blocks until changes come, `timeout` passes or
+  // `stop` fires. A connection that cannot LISTEN (a transaction pooler's)
+  // waits a poll and says resync.
+  Result<ElectionWake> wait_for_election(ElectionBoxId id, LockRef lock, std::chrono::nanoseconds timeout,
+                                         std::stop_token stop);
+
   [[nodiscard]] SessionStats stats() const noexcept;
   [[nodiscard]] const SessionOptions& options() const noexcept { return options_; }
   [[nodiscard]] const std::string& dsn() const noexcept { return dsn_; }
@@ -165,6 +181,19 @@ class SessionCore : public SharedConnection {
   // look to a place whose connection went (LISTENing again on the new one).
   void dispatch_to_places(const std::vector<Notification>& notes);
 
+  // One observer's: the channel it LISTENs on (empty: not listening, or
+  // its connection went: LISTEN again and read), the changes heard since
+  // its last wait, its blocked wait's condition variable.
+  struct ElectionBox {
+    std::string channel;
+    std::uint64_t epoch = 0;
+    std::vector<ElectionNotice> notices;
+    std::condition_variable* waiting = nullptr;
+  };
+  // Hands each box the changes on its channel, and marks deaf the boxes of
+  // a connection that went (the I/O thread, after any I/O).
+  void dispatch_to_election_boxes(const std::vector<Notification>& notes);
+
   void run() noexcept;
   // Copies the connection's counts to the stats (read by any thread).
   void note_counts() noexcept;
@@ -200,6 +229,8 @@ class SessionCore : public SharedConnection {
   std::map<WatchId, Watch> watches_;
   std::map<std::pair<std::string, std::int64_t>, Place> places_;  // by table and ticket
   WatchId next_watch_ = 1;
+  std::map<ElectionBoxId, ElectionBox> election_boxes_;
+  ElectionBoxId next_election_box_ = 1;
   Deadline next_recheck_ = Deadline::max();
 
   std::atomic<std::uint64_t> statements_{0}, heartbeat_statements_{0}, heartbeats_{0}, notifications_{0},

@@ -5,5 +5,6 @@ namespace pgmutex {
 
 template class BasicMutex<SessionBackend>;
 template class BasicElection<SessionBackend>;
+template class BasicObserver<SessionBackend>;
 
 }  // namespace pgmutex

@@ -51,8 +51,9 @@ struct SharedAccess {
   // false instead of waited for.
   static Result<std::vector<bool>> heartbeat_many(PostgresBackend& backend, std::span<const HolderKey> keys,
                                                   bool durable, bool skip_locked) noexcept;
-  // The lock's NOTIFY channel, LISTENed on the shared connection.
-  static Result<std::string> listen(PostgresBackend& backend, LockRef lock) noexcept;
+  // The lock's NOTIFY channel (with `suffix`: "_e", its election's),
+  // LISTENed on the shared connection.
+  static Result<std::string> listen(PostgresBackend& backend, LockRef lock, std::string_view suffix = {}) noexcept;
 };
 
 }  // namespace pgmutex::postgres_detail

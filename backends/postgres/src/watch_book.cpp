@@ -118,6 +118,7 @@ void SessionCore::wake_watches(const std::vector<WatchId>& ids) {
 void SessionCore::after_io() {
   note_counts();
   const std::vector<Notification> notes = own_.take_notifications();
+  dispatch_to_election_boxes(notes);
   dispatch_to_places(notes);
   const std::uint64_t now_epoch = epoch();
   std::vector<WatchId> to_wake;

@@ -118,6 +118,10 @@ class SessionBackend {
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+  // An observer's wait (BackendWaitsForElections): one LISTEN per election
+  // on the session's connection, shared by every observer of it there; the
+  // changes come in its NOTIFYs, so no statement per change.
+  Result<ElectionWake> wait_for_election(LockRef lock, std::chrono::nanoseconds timeout, std::stop_token stop) noexcept;
 
   // --- optional operations
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
@@ -162,5 +166,9 @@ using SessionMutex = BasicMutex<SessionBackend>;
 // An election on a session: SessionElection(session->backend(), options).
 extern template class BasicElection<SessionBackend>;
 using SessionElection = BasicElection<SessionBackend>;
+// An observer on a session: SessionObserver(session->backend(), options).
+// Every observer of an election on one session shares one LISTEN there.
+extern template class BasicObserver<SessionBackend>;
+using SessionObserver = BasicObserver<SessionBackend>;
 
 }  // namespace pgmutex
