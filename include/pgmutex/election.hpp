@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -30,6 +31,14 @@ struct GuardState<BasicGuard<State>> {
   using type = State;
 };
 
+// Who leads, in one statement on the election's backend.
+template <class State>
+Result<std::optional<Leader>> read_leader(State& s) {
+  auto record = s.io.run([&](auto& backend) { return backend.leader(s.io.lock_ref(), s.options.stale_threshold); });
+  if (!record) return tl::unexpected(std::move(record.error()));
+  return leader_of(*record);
+}
+
 // Makes a leadership from a campaign's guard (its constructor is private).
 struct ElectionAccess {
   template <class Leadership, class Guard>
@@ -39,6 +48,42 @@ struct ElectionAccess {
   template <class Leadership, class Guard>
   static Leadership not_elected(Guard guard) {
     return Leadership(std::move(guard), std::string());
+  }
+  // A campaign's second half, after its acquire returned: an empty guard
+  // (timeout, cancelled) is an empty leadership; a grant announces `value`,
+  // and one whose announce fails is undone (vacated, released to the next
+  // in line). Blocking: the async campaign runs it where statements run.
+  template <class Leadership, class Guard>
+  static Result<Leadership> take_office(Guard guard, std::string value) {
+    if (!guard) return not_elected<Leadership>(std::move(guard));
+    auto* state = AsyncAccess::guard_state(guard);
+    auto announced = announce_grant(*state, AsyncAccess::generation(guard), value);
+    if (!announced) {
+      (void)vacate_grant(*state, AsyncAccess::generation(guard));  // a landed announce is undone
+      (void)guard.release(nothrow);  // the next in line goes on
+      return tl::unexpected(std::move(announced.error()));
+    }
+    return elected<Leadership>(std::move(guard), std::move(value));
+  }
+  // Where a leadership's value lives (null for an empty one): an async
+  // proclaim writes the new value there when its handler runs.
+  template <class Leadership>
+  static std::shared_ptr<std::string> value_slot(const Leadership& leadership) noexcept {
+    return leadership.value_;
+  }
+  template <class Election>
+  static auto& mutex_of(Election& election) noexcept {
+    return election.mutex_;
+  }
+  // An observer's state (its loop) and its next change, waiting out an
+  // unreachable server: what its async forms run.
+  template <class Observer>
+  static auto* observer_state(Observer& observer) noexcept {
+    return AsyncAccess::state_of(observer.mutex_);
+  }
+  template <class Observer>
+  static Result<std::optional<LeaderChange>> next_waiting_out(Observer& observer, const std::stop_token& stop) {
+    return observer.next_waiting_out(stop);
   }
 };
 }  // namespace detail
@@ -64,6 +109,20 @@ class BasicElection {
     requires std::default_initializable<E>
       : mutex_(std::move(backend), std::move(options), std::move(clock), std::move(metrics)) {}
 
+  // The expected-returning form of the constructors: Errc::invalid_argument
+  // naming the option and the rule, instead of InvalidArgumentError.
+  static Result<BasicElection> create(B backend, Options options, C clock, M metrics, E executor) {
+    auto made = mutex_type::create(std::move(backend), std::move(options), std::move(clock), std::move(metrics),
+                                   std::move(executor));
+    if (!made) return tl::unexpected(std::move(made.error()));
+    return BasicElection(std::move(*made));
+  }
+  static Result<BasicElection> create(B backend, Options options, C clock = {}, M metrics = {})
+    requires std::default_initializable<E>
+  {
+    return create(std::move(backend), std::move(options), std::move(clock), std::move(metrics), E{});
+  }
+
   [[nodiscard]] const ValidOptions& options() const noexcept { return mutex_.options(); }
   [[nodiscard]] std::string_view name() const noexcept { return mutex_.lock_name(); }
 
@@ -80,15 +139,7 @@ class BasicElection {
     if (auto valid = validate_election_value(name(), value); !valid) return tl::unexpected(std::move(valid.error()));
     auto guard = mutex_.acquire(nothrow, timeout, std::move(stop));
     if (!guard) return tl::unexpected(std::move(guard.error()));
-    if (!*guard) return detail::ElectionAccess::not_elected<leadership_type>(std::move(*guard));
-    auto* state = detail::AsyncAccess::guard_state(*guard);
-    auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
-    if (!announced) {
-      (void)detail::vacate_grant(*state, detail::AsyncAccess::generation(*guard));  // a landed announce is undone
-      (void)guard->release(nothrow);  // the next in line goes on
-      return tl::unexpected(std::move(announced.error()));
-    }
-    return detail::ElectionAccess::elected<leadership_type>(std::move(*guard), std::move(value));
+    return detail::ElectionAccess::take_office<leadership_type>(std::move(*guard), std::move(value));
   }
   leadership_type campaign(std::string value, std::optional<duration> timeout = std::nullopt, std::stop_token stop = {}) {
     return value_or_throw(campaign(nothrow, std::move(value), timeout, std::move(stop)));
@@ -96,14 +147,7 @@ class BasicElection {
 
   // Who leads now, in one statement; nullopt while nobody does (never
   // elected, resigned, or the leader's grant stale or taken over).
-  Result<std::optional<Leader>> leader(nothrow_t) {
-    auto* state = detail::AsyncAccess::state_of(mutex_);
-    auto record = state->io.run([&](auto& backend) {
-      return backend.leader(state->io.lock_ref(), state->options.stale_threshold);
-    });
-    if (!record) return tl::unexpected(std::move(record.error()));
-    return leader_of(*record);
-  }
+  Result<std::optional<Leader>> leader(nothrow_t) { return detail::read_leader(*detail::AsyncAccess::state_of(mutex_)); }
   std::optional<Leader> leader() { return value_or_throw(leader(nothrow)); }
 
   // An observer of this election (pgmutex/observer.hpp) on another backend
@@ -119,7 +163,25 @@ class BasicElection {
   }
   BasicObserver<B, C, M, E> observer() { return value_or_throw(observer(nothrow)); }
 
+  // The async forms, where the executor policy provides them (AsioExecutor,
+  // <pgmutex/asio.hpp>; asio/election_ops.hpp), each taking a completion token:
+  //   async_campaign(value, timeout, token)  void(error_code, Leadership)
+  //   async_leader(token)                    void(error_code, std::optional<Leader>)
+  // and on the leadership, async_proclaim(value, token) and async_resign(token).
+  template <class Token>
+  decltype(auto) async_campaign(std::string value, std::optional<duration> timeout, Token&& token) {
+    return E::async_campaign(*this, std::move(value), timeout, std::forward<Token>(token));
+  }
+  template <class Token>
+  decltype(auto) async_leader(Token&& token) {
+    return E::async_leader(*this, std::forward<Token>(token));
+  }
+
  private:
+  friend struct detail::ElectionAccess;
+
+  explicit BasicElection(mutex_type mutex) noexcept : mutex_(std::move(mutex)) {}
+
   mutex_type mutex_;
 };
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -76,8 +77,8 @@ class BasicLeadership {
   // The term: the grant's fence, strictly increasing across leaders of a
   // lock. Fence the leader's writes with it.
   [[nodiscard]] Fence term() const noexcept { return guard_.fence(); }
-  // What this leader announced last.
-  [[nodiscard]] const std::string& value() const noexcept { return value_; }
+  // What this leader announced last (after an async_proclaim, once its handler runs).
+  [[nodiscard]] const std::string& value() const noexcept { return value_ ? *value_ : no_value(); }
   // True once the lease is lost: the term is over before anyone else can lead.
   [[nodiscard]] bool lost() const noexcept { return guard_.lost(); }
   // Stopped when the lease is lost: stop serving then.
@@ -97,7 +98,7 @@ class BasicLeadership {
     if (auto valid = validate_election_value(state->options.lock_name, value); !valid) return valid;
     auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(guard_), value);
     if (!announced) return tl::unexpected(std::move(announced.error()));
-    value_ = std::move(value);
+    *value_ = std::move(value);
     return {};
   }
   void proclaim(std::string value) { value_or_throw(proclaim(nothrow, std::move(value))); }
@@ -116,13 +117,36 @@ class BasicLeadership {
   }
   void resign() { value_or_throw(resign(nothrow)); }
 
+  // ---- Async forms: where the executor policy provides them (AsioExecutor,
+  // <pgmutex/asio.hpp>), each completing with void(error_code).
+  // async_proclaim announces `value`; value() returns it once the handler
+  // runs (on the handler's executor). async_resign takes the term out of
+  // this leadership at once, as resign() does; like the guard's
+  // async_release, it completes with success when the lease was lost
+  // (lost() said so already); an empty leadership is lock_not_held.
+  template <class Token>
+  decltype(auto) async_proclaim(std::string value, Token&& token) {
+    return State::executor_type::async_proclaim(*this, std::move(value), std::forward<Token>(token));
+  }
+  template <class Token>
+  decltype(auto) async_resign(Token&& token) {
+    return State::executor_type::async_resign(std::move(*this), std::forward<Token>(token));
+  }
+
  private:
   friend struct detail::ElectionAccess;
 
-  BasicLeadership(guard_type guard, std::string value) noexcept : guard_(std::move(guard)), value_(std::move(value)) {}
+  // The value lives behind a pointer an async_proclaim keeps: the
+  // leadership may move while the announce is under way.
+  BasicLeadership(guard_type guard, std::string value)
+      : guard_(std::move(guard)), value_(guard_.owns_lock() ? std::make_shared<std::string>(std::move(value)) : nullptr) {}
+  static const std::string& no_value() noexcept {
+    static const std::string empty;
+    return empty;
+  }
 
   guard_type guard_;
-  std::string value_;
+  std::shared_ptr<std::string> value_;  // null for an empty leadership
 };
 
 }  // namespace pgmutex

@@ -30,6 +30,10 @@
 
 namespace pgmutex {
 
+namespace detail {
+struct ElectionAccess;  // see election.hpp
+}  // namespace detail
+
 template <Backend B, Clock C = SteadyClock, Metrics M = NoMetrics, Executor E = ThreadExecutor>
 class BasicObserver {
   static_assert(BackendKeepsElections<B>,
@@ -47,6 +51,20 @@ class BasicObserver {
   BasicObserver(B backend, Options options, C clock = {}, M metrics = {})
     requires std::default_initializable<E>
       : mutex_(std::move(backend), std::move(options), std::move(clock), std::move(metrics)) {}
+
+  // The expected-returning form of the constructors: Errc::invalid_argument
+  // naming the option and the rule, instead of InvalidArgumentError.
+  static Result<BasicObserver> create(B backend, Options options, C clock, M metrics, E executor) {
+    auto made = BasicMutex<B, C, M, E>::create(std::move(backend), std::move(options), std::move(clock),
+                                               std::move(metrics), std::move(executor));
+    if (!made) return tl::unexpected(std::move(made.error()));
+    return BasicObserver(std::move(*made));
+  }
+  static Result<BasicObserver> create(B backend, Options options, C clock = {}, M metrics = {})
+    requires std::default_initializable<E>
+  {
+    return create(std::move(backend), std::move(options), std::move(clock), std::move(metrics), E{});
+  }
 
   [[nodiscard]] std::string_view name() const noexcept { return mutex_.lock_name(); }
 
@@ -95,10 +113,46 @@ class BasicObserver {
   // at a time: what changed meanwhile comes as a gap. Any other error (the
   // table missing, a privilege) ends it and is returned.
   Result<void> observe(nothrow_t, const std::function<void(const LeaderChange&)>& on_change, std::stop_token stop) {
+    for (;;) {
+      auto change = next_waiting_out(stop);
+      if (!change) return tl::unexpected(std::move(change.error()));
+      if (!*change) return {};
+      on_change(**change);
+    }
+  }
+  void observe(const std::function<void(const LeaderChange&)>& on_change, std::stop_token stop) {
+    value_or_throw(observe(nothrow, on_change, std::move(stop)));
+  }
+
+  // The async forms, where the executor policy provides them (AsioExecutor,
+  // <pgmutex/asio.hpp>; asio/election_ops.hpp), each taking a completion
+  // token with cancellation; one at a time, and the observer must outlive
+  // it, as an Asio socket its operations:
+  //   async_next(timeout, token)  void(error_code, std::optional<LeaderChange>)
+  //                               (nullopt: the timeout passed), as next();
+  //   async_observe(token)        void(error_code, LeaderChange): the next
+  //                               change, the server out of reach waited out
+  //                               as observe() does; call it again for the next.
+  template <class Token>
+  decltype(auto) async_next(std::optional<duration> timeout, Token&& token) {
+    return E::async_next(*this, timeout, std::forward<Token>(token));
+  }
+  template <class Token>
+  decltype(auto) async_observe(Token&& token) {
+    return E::async_observe(*this, std::forward<Token>(token));
+  }
+
+ private:
+  friend struct detail::ElectionAccess;
+
+  // The next change; the server out of reach (backend_unavailable,
+  // outcome_unknown, a statement's timeout) is waited out a poll_interval
+  // at a time. nullopt once `stop` is requested; any other error is returned.
+  Result<std::optional<LeaderChange>> next_waiting_out(const std::stop_token& stop) {
     while (!stop.stop_requested()) {
       auto change = next(nothrow, std::nullopt, stop);
       if (change) {
-        if (*change) on_change(**change);
+        if (*change) return change;
         continue;
       }
       const Error& e = change.error();
@@ -106,14 +160,12 @@ class BasicObserver {
         return tl::unexpected(std::move(change.error()));
       (void)detail::AsyncAccess::state_of(mutex_)->executor.wait_for(mutex_.options().poll_interval, stop);
     }
-    return {};
-  }
-  void observe(const std::function<void(const LeaderChange&)>& on_change, std::stop_token stop) {
-    value_or_throw(observe(nothrow, on_change, std::move(stop)));
+    return std::optional<LeaderChange>();
   }
 
- private:
   using State = detail::MutexState<B, C, M, E>;
+
+  explicit BasicObserver(BasicMutex<B, C, M, E> mutex) noexcept : mutex_(std::move(mutex)) {}
 
   // Reads who leads and reports what changed. Where the backend LISTENs,
   // it listens first, so nothing announced after the reading is missed.

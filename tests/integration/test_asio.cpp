@@ -660,3 +660,95 @@ TEST_CASE("a waiter whose role may read the queue but not join it is told so at 
   REQUIRE(line);
   CHECK(line->empty());
 }
+
+TEST_CASE("AsioElection: async_campaign waits in line, async_proclaim, async_resign hands over; observers' async forms",
+          "[asio][session][election]") {
+  using pgmutex::LeaderEvent;
+  using PgAsioObserver = pgmutex::BasicObserver<PostgresBackend, pgmutex::SteadyClock, pgmutex::NoMetrics, AsioExecutor>;
+  SessionWorld w;
+  const AsioExecutor loop(w.io.get_executor());
+  pgmutex::AsioElection first{w.one->backend(), quick(w.table, "a"), {}, {}, loop};
+  pgmutex::AsioElection cancelled_one{w.one->backend(), quick(w.table, "b"), {}, {}, loop};
+  pgmutex::AsioElection second{w.two->backend(), quick(w.table, "c"), {}, {}, loop};
+  PgAsioObserver watcher{PostgresBackend(""), quick(w.table, "o"), {}, {}, loop};  // LISTENs on its own connection
+  pgmutex::AsioObserver on_session{w.two->backend(), quick(w.table, "s"), {}, {}, loop};
+
+  auto present = watcher.async_observe(asio::use_future).get();
+  CHECK(present.event == LeaderEvent::current);
+  CHECK_FALSE(present.leader);
+
+  // A value over the bound: refused at once, nothing waits.
+  std::promise<error_code> refused;
+  first.async_campaign(std::string(pgmutex::max_election_value_bytes + 1, 'v'), 1s,
+                       [&](error_code ec, auto leadership) {
+                         CHECK_FALSE(leadership);
+                         refused.set_value(ec);
+                       });
+  CHECK(refused.get_future().get() == error_code(Errc::invalid_argument));
+
+  auto lead = first.async_campaign("10.0.0.1:80", 10s, asio::use_future).get();
+  REQUIRE(lead);
+  const pgmutex::Fence first_term = lead.term();
+  auto waiting = second.async_campaign("10.0.0.2:80", 30s, asio::use_future);
+
+  // A campaign cancelled while in line gets operation_aborted and leaves no place.
+  asio::cancellation_signal signal;
+  std::promise<error_code> cancelled;
+  cancelled_one.async_campaign("10.0.0.3:80", std::nullopt,
+                               asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, auto leadership) {
+                                 CHECK_FALSE(leadership);
+                                 cancelled.set_value(ec);
+                               }));
+  std::this_thread::sleep_for(200ms);
+  asio::post(w.io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  CHECK(cancelled.get_future().get() == asio::error::operation_aborted);
+
+  lead.async_proclaim("10.0.0.1:81", asio::use_future).get();
+  CHECK(lead.value() == "10.0.0.1:81");
+  auto leads_now = first.async_leader(asio::use_future).get();
+  REQUIRE(leads_now);
+  CHECK(leads_now->term == first_term);
+  CHECK(leads_now->value == "10.0.0.1:81");
+
+  lead.async_resign(asio::use_future).get();
+  CHECK_FALSE(lead);
+  auto successor = waiting.get();  // the next in line, not the cancelled one
+  REQUIRE(successor);
+  CHECK(successor.term() > first_term);
+  CHECK(successor.value() == "10.0.0.2:80");
+
+  // Every change, in order, from notifications: elected, proclaimed, vacated, elected.
+  std::vector<pgmutex::LeaderChange> seen;
+  while (seen.size() < 4) seen.push_back(watcher.async_observe(asio::use_future).get());
+  CHECK(seen[0].event == LeaderEvent::elected);
+  CHECK(seen[0].term == first_term);
+  CHECK(seen[1].event == LeaderEvent::proclaimed);
+  CHECK(seen[1].leader->value == "10.0.0.1:81");
+  CHECK(seen[2].event == LeaderEvent::vacated);
+  CHECK(seen[3].event == LeaderEvent::elected);
+  CHECK(seen[3].term == successor.term());
+  CHECK(seen[3].leader->instance_id == "c");
+  for (const auto& c : seen) CHECK_FALSE(c.gap);
+
+  // Nothing more: async_next's timeout is an empty answer; a cancelled wait is operation_aborted.
+  CHECK_FALSE(watcher.async_next(100ms, asio::use_future).get());
+  asio::cancellation_signal stop_watching;
+  std::promise<error_code> stopped;
+  watcher.async_observe(asio::bind_cancellation_slot(stop_watching.slot(), [&](error_code ec, const auto&) {
+    stopped.set_value(ec);
+  }));
+  std::this_thread::sleep_for(100ms);
+  asio::post(w.io, [&] { stop_watching.emit(asio::cancellation_type::terminal); });
+  CHECK(stopped.get_future().get() == asio::error::operation_aborted);
+
+  // An observer on a Session starts from the present.
+  auto now = on_session.async_observe(asio::use_future).get();
+  CHECK(now.event == LeaderEvent::current);
+  CHECK(now.term == successor.term());
+
+  successor.async_resign(asio::use_future).get();
+  CHECK_FALSE(w.row());  // nobody in line: the cancelled campaign left no place
+  auto vacated = on_session.async_observe(asio::use_future).get();
+  CHECK(vacated.event == LeaderEvent::vacated);
+  CHECK_FALSE(vacated.leader);
+}

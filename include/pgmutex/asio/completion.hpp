@@ -44,11 +44,19 @@ class Completion {
   // slot is cleared there, on the handler's side, where it is emitted from.
   template <class... Args>
   void complete(Args&&... args) {
+    complete_after([] {}, std::forward<Args>(args)...);
+  }
+  // As complete, running `before` there first, just before the handler:
+  // what the handler's side reads (a leadership's new value) is written on
+  // its own executor.
+  template <class Before, class... Args>
+  void complete_after(Before before, Args&&... args) {
     executor_type ex = work_.get_executor();
-    boost::asio::post(ex, [handler = std::move(handler_), work = std::move(work_),
+    boost::asio::post(ex, [handler = std::move(handler_), work = std::move(work_), before = std::move(before),
                            ... args = std::forward<Args>(args)]() mutable {
       auto slot = boost::asio::get_associated_cancellation_slot(handler);
       if (slot.is_connected()) slot.clear();
+      before();
       std::move(handler)(std::move(args)...);
     });
   }

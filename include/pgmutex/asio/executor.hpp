@@ -16,12 +16,14 @@
 #include <optional>
 #include <type_traits>
 #include <stop_token>
+#include <string>
 #include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "pgmutex/asio/async_ops.hpp"
+#include "pgmutex/asio/election_ops.hpp"
 #include "pgmutex/asio/singleton_op.hpp"
 #include "pgmutex/executor.hpp"
 
@@ -78,6 +80,33 @@ class AsioExecutor {
   template <class Guard, class Token>
   static auto async_wait_lost(Guard& guard, Token&& token) {
     return asio_detail::async_wait_lost(guard, std::forward<Token>(token));
+  }
+
+  // ---- what BasicElection's, BasicLeadership's and BasicObserver's async members forward to
+  template <class Election, class Token>
+  static auto async_campaign(Election& election, std::string value, std::optional<std::chrono::nanoseconds> timeout,
+                             Token&& token) {
+    return asio_detail::async_campaign(election, std::move(value), timeout, std::forward<Token>(token));
+  }
+  template <class Election, class Token>
+  static auto async_leader(Election& election, Token&& token) {
+    return asio_detail::async_leader(election, std::forward<Token>(token));
+  }
+  template <class Leadership, class Token>
+  static auto async_proclaim(Leadership& leadership, std::string value, Token&& token) {
+    return asio_detail::async_proclaim(leadership, std::move(value), std::forward<Token>(token));
+  }
+  template <class Leadership, class Token>
+  static auto async_resign(Leadership&& leadership, Token&& token) {
+    return asio_detail::async_resign(std::move(leadership), std::forward<Token>(token));
+  }
+  template <class Observer, class Token>
+  static auto async_next(Observer& observer, std::optional<std::chrono::nanoseconds> timeout, Token&& token) {
+    return asio_detail::async_next(observer, timeout, std::forward<Token>(token));
+  }
+  template <class Observer, class Token>
+  static auto async_observe(Observer& observer, Token&& token) {
+    return asio_detail::async_observe(observer, std::forward<Token>(token));
   }
 
  private:
