@@ -3,7 +3,7 @@
 // blocked candidates and LISTENing observers does not fit Google
 // Benchmark's iterations). Each candidate and each observer is a
 // pgmutex::Election / pgmutex::Observer on a connection of its own and a
-// thread of its own. Three measurements:
+// thread of its own. Four measurements:
 //
 //  1. observer latency: a candidate campaigns on a free lock (value vK),
 //     proclaims (pK), resigns, CHANGES times; an Observer on another thread
@@ -24,7 +24,10 @@
 //     the candidate's (postgres) and the observers'.
 //
 // Needs pg_stat_statements loaded: run it through benchmarks/election/bench_election.sh.
-//   election_bench [CHANGES [HANDOFFS [OBSERVERS [CYCLES]]]]   (default 200 200 20 50)
+//  4. the same with SESSION_OBSERVERS SessionObservers on SESSIONS Sessions
+//     (one LISTEN per Session, no connection per observer).
+//   election_bench [CHANGES [HANDOFFS [OBSERVERS [CYCLES [SESSION_OBSERVERS [SESSIONS]]]]]]
+//   (default 200 200 20 50 1000 10)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -44,6 +47,7 @@
 #include <pqxx/pqxx>
 
 #include "pgmutex/mutex.hpp"
+#include "pgmutex/session.hpp"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -177,7 +181,8 @@ class Log {
   std::vector<Heard> heard_;
 };
 
-void observe_into(pgmutex::Observer& observer, Log& log, std::stop_token stop, std::atomic<long>* changes = nullptr) {
+template <class Observer>
+void observe_into(Observer& observer, Log& log, std::stop_token stop, std::atomic<long>* changes = nullptr) {
   while (!stop.stop_requested()) {
     auto c = observer.next(pgmutex::nothrow, 1s, stop);
     const auto at = Clock::now();
@@ -439,6 +444,72 @@ void statements(const std::string& table, int observers, int cycles) {
   breakdown(o0, o1, changes);
 }
 
+// 4. Statements per change with OBSERVERS SessionObservers spread over
+// SESSIONS Sessions (role election_bench_observer): one LISTEN per Session,
+// each NOTIFY handed by the Session's I/O thread to its observers.
+void session_statements(const std::string& table, int sessions, int observers, int cycles) {
+  const std::string lock = "counted_sessions";
+  Reader reader(table, lock);
+  std::vector<std::shared_ptr<pgmutex::Session>> pool;
+  for (int k = 0; k < sessions; ++k) pool.push_back(pgmutex::Session::create("user=" + std::string(observer_role)));
+  std::vector<std::unique_ptr<pgmutex::SessionObserver>> obs;
+  std::vector<std::unique_ptr<Log>> logs;
+  std::vector<std::atomic<long>> heard(static_cast<std::size_t>(observers));
+  for (int i = 0; i < observers; ++i) {
+    obs.push_back(std::make_unique<pgmutex::SessionObserver>(pool[static_cast<std::size_t>(i % sessions)]->backend(),
+                                                             options_for(table, lock, "s" + std::to_string(i))));
+    logs.push_back(std::make_unique<Log>());
+  }
+  std::vector<std::jthread> threads;
+  for (int i = 0; i < observers; ++i)
+    threads.emplace_back([&, i](std::stop_token stop) { observe_into(*obs[i], *logs[i], stop, &heard[i]); });
+  for (int i = 0; i < observers; ++i)
+    if (!logs[i]->wait_for(pgmutex::LeaderEvent::current, "", 60s)) throw std::runtime_error("an observer did not start");
+  pgmutex::Election candidate(PostgresBackend(""), options_for(table, lock, "candidate"));
+  {  // the candidate's connection and prepared statements: before the count
+    auto l = candidate.campaign("warm-up", 10s);
+    l.resign();
+    for (int i = 0; i < observers; ++i) logs[i]->wait_for(pgmutex::LeaderEvent::vacated, "");
+  }
+  std::this_thread::sleep_for(200ms);
+  const auto o0 = reader.calls(observer_role);
+  std::vector<long> heard0;
+  for (auto& h : heard) heard0.push_back(h.load());
+  int missing = 0;
+  for (int k = 0; k < cycles; ++k) {
+    const std::string v = "v" + std::to_string(k), p = "p" + std::to_string(k);
+    auto l = candidate.campaign(v, 10s);
+    for (int i = 0; i < observers; ++i) missing += logs[i]->wait_for(pgmutex::LeaderEvent::elected, v) ? 0 : 1;
+    l.proclaim(p);
+    for (int i = 0; i < observers; ++i) missing += logs[i]->wait_for(pgmutex::LeaderEvent::proclaimed, p) ? 0 : 1;
+    l.resign();
+    const auto deadline = Clock::now() + 10s;
+    for (int i = 0; i < observers; ++i)
+      while (heard[i].load() < heard0[i] + 3L * (k + 1) && Clock::now() < deadline) std::this_thread::sleep_for(200us);
+  }
+  std::this_thread::sleep_for(200ms);
+  const auto o1 = reader.calls(observer_role);
+  long reports = 0;
+  std::size_t gaps = 0;
+  for (int i = 0; i < observers; ++i) {
+    reports += heard[i].load() - heard0[i];
+    gaps += logs[i]->gaps();
+  }
+  std::uint64_t notifications = 0;
+  for (auto& session : pool) notifications += session->stats().notifications;
+  for (auto& t : threads) t.request_stop();
+  threads.clear();
+  const double changes = 3.0 * cycles;
+  std::printf("4. statements per change: %d SessionObservers on %d Sessions (role %s), %d terms = %.0f changes; "
+              "reports heard %ld of %.0f, missed waits %d, gaps %zu, NOTIFYs dispatched %llu\n",
+              observers, sessions, observer_role, cycles, changes, reports, changes * observers, missing, gaps,
+              static_cast<unsigned long long>(notifications));
+  std::printf("FIGURE statements_per_change_session_observers %.3f %.3f %d\n", (total(o1) - total(o0)) / changes, 0.0,
+              observers);
+  std::printf("  all %d observers together: %.3f statements per change\n", observers, (total(o1) - total(o0)) / changes);
+  breakdown(o0, o1, changes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,6 +518,8 @@ int main(int argc, char** argv) {
     const int handoff_count = argc > 2 ? std::stoi(argv[2]) : 200;
     const int observers = argc > 3 ? std::stoi(argv[3]) : 20;
     const int cycles = argc > 4 ? std::stoi(argv[4]) : 50;
+    const int session_observers = argc > 5 ? std::stoi(argv[5]) : 1000;
+    const int sessions = argc > 6 ? std::stoi(argv[6]) : 10;
     const std::string table = "bench_election";
     {
       pqxx::connection admin("");
@@ -468,6 +541,8 @@ int main(int argc, char** argv) {
     handoffs(table, handoff_count, 4);
     std::fflush(stdout);
     statements(table, observers, cycles);
+    std::fflush(stdout);
+    session_statements(table, sessions, session_observers, cycles);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "election_bench: %s\n", e.what());
