@@ -7,6 +7,10 @@
 // the same through a Session. Then Election and SessionElection ([api]).
 #include <pqxx/pqxx>
 
+#include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -455,6 +459,63 @@ TEST_CASE("SessionObserver: twenty observers on one Session share its LISTEN; ev
     CHECK(more.event == pgmutex::LeaderEvent::proclaimed);
     CHECK_FALSE(more.gap);
   }
+}
+
+TEST_CASE("SessionObserver: twenty observers at a stopped leader's stale deadline are each told expired; "
+          "they share their readings of who leads",
+          "[election][observe][session]") {
+  const std::string table = fresh_table("election_observe_session_expiry");
+  pgmutex::Options short_lease = options(table, "primary", "a");
+  short_lease.heartbeat_interval = 200ms;
+  short_lease.alert_threshold = 600ms;
+  short_lease.stale_threshold = 1500ms;
+  pgmutex::Election a(PostgresBackend(""), short_lease);
+  a.create_schema();
+  auto session = pgmutex::Session::create("");
+  constexpr int count = 20;
+  std::vector<std::unique_ptr<pgmutex::SessionObserver>> observers;
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::vector<pgmutex::LeaderChange>> seen(count);
+  std::vector<std::jthread> threads;
+  for (int i = 0; i < count; ++i) {
+    pgmutex::Options reader = short_lease;
+    reader.instance_id = "watcher" + std::to_string(i);
+    observers.push_back(std::make_unique<pgmutex::SessionObserver>(session->backend(), reader));
+  }
+  auto lead = a.campaign("a", 5s);
+  REQUIRE(lead);
+  for (int i = 0; i < count; ++i)
+    threads.emplace_back([&, i](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        auto c = observers[i]->next(pgmutex::nothrow, 200ms, stop);
+        if (!c || !*c) continue;
+        std::lock_guard lock(m);
+        seen[i].push_back(**c);
+        cv.notify_all();
+      }
+    });
+  const auto all_have = [&](pgmutex::LeaderEvent event) {
+    std::unique_lock lock(m);
+    return cv.wait_for(lock, 10s, [&] {
+      return std::all_of(seen.begin(), seen.end(), [&](const auto& v) { return !v.empty() && v.back().event == event; });
+    });
+  };
+  REQUIRE(all_have(pgmutex::LeaderEvent::current));
+  const auto before = session->stats().statements;
+  // The leader's heartbeats stop reaching its row: another session holds the row lock.
+  pqxx::connection blocker("");
+  pqxx::work holding(blocker);
+  holding.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'primary' FOR UPDATE");
+  CHECK(all_have(pgmutex::LeaderEvent::expired));
+  const auto statements = session->stats().statements - before;
+  holding.abort();
+  threads.clear();
+  for (const auto& v : seen) CHECK(v.back().term == lead.term());
+  // Each observer read at the stale deadlines of the leader's row (until it
+  // went stale), together with the others: a few readings, not one each.
+  INFO("statements: " << statements);
+  CHECK(statements < count / 2);
 }
 
 TEST_CASE("Observer: a leader whose heartbeats stop is reported expired at its stale deadline",

@@ -6,6 +6,8 @@
 // change. A box whose connection went is deaf (its LISTEN died with it): its
 // next wait LISTENs on the new connection and says resync, and the observer
 // reads who leads, so what was announced meanwhile comes as a gap, never lost.
+// Their readings of who leads (at a start, a resync, a leader's stale
+// deadline) are shared: callers that ask before a reading begins join it.
 #include <algorithm>
 
 #include "election_rules.hpp"
@@ -115,6 +117,54 @@ Result<ElectionWake> SessionCore::wait_for_election(ElectionBoxId id, LockRef lo
   box.notices.clear();
   wake.resync = wake.notices.empty() && box.channel.empty();  // deaf: its connection went
   return wake;
+}
+
+Result<LeaderRecord> SessionCore::read_leader(LockRef lock_ref, std::chrono::nanoseconds stale_threshold) {
+  // On the I/O thread (an async operation's job) never join: the reading
+  // joined could only begin after this job, which would wait for it.
+  if (on_io_thread()) return io_backend_->leader(lock_ref, stale_threshold);
+  const LeaderReadingKey key{std::string(lock_ref.table), std::string(lock_ref.lock_name), stale_threshold.count()};
+  std::shared_ptr<LeaderReading> reading;
+  bool mine = false;  // this caller sends it; the others join until it begins
+  {
+    std::lock_guard lock(mutex_);
+    auto& pending = leader_readings_[key];
+    if (!pending) {
+      pending = std::make_shared<LeaderReading>();
+      mine = true;
+    }
+    reading = pending;
+  }
+  const auto begun = [&] {  // mutex_ held: later callers start a reading of their own
+    auto it = leader_readings_.find(key);
+    if (it != leader_readings_.end() && it->second == reading) leader_readings_.erase(it);
+  };
+  if (mine) {
+    const auto body = [&](OwnSession&) {
+      {
+        std::lock_guard lock(mutex_);
+        begun();
+      }
+      auto answer = io_backend_->leader(lock_ref, stale_threshold);
+      std::lock_guard lock(mutex_);
+      reading->answer = std::move(answer);
+      reading->done.notify_all();
+    };
+    const bool ran = call(body, std::chrono::steady_clock::now() + options_.postgres.default_timeout);
+    std::lock_guard lock(mutex_);
+    if (!ran) {
+      begun();
+      reading->answer = fail(Errc::backend_unavailable,
+                             "read who leads lock '" + std::string(lock_ref.lock_name) +
+                                 "': the session's connection was busy until the deadline (or the session stopped)");
+      reading->done.notify_all();
+    }
+  }
+  std::unique_lock lock(mutex_);
+  reading->done.wait(lock, [&] { return reading->answer.has_value() || stopping_; });
+  if (!reading->answer)
+    return fail(Errc::backend_unavailable, "read who leads lock '" + std::string(lock_ref.lock_name) + "': the session stopped");
+  return *reading->answer;
 }
 
 void SessionCore::dispatch_to_election_boxes(const std::vector<Notification>& notes) {

@@ -230,7 +230,11 @@ Result<QueuePlace> SessionBackend::enqueue(const AcquireRequest& request,
 
 Result<LeaderRecord> SessionBackend::leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept {
   if (!impl_) return moved_from();
-  return impl_->backend.leader(lock, stale_threshold);
+  try {
+    return impl_->core().read_leader(lock, stale_threshold);
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::backend_unavailable, "read who leads lock '" + std::string(lock.lock_name) + "': out of memory");
+  }
 }
 
 Result<LeaderRecord> SessionBackend::announce(const HolderKey& key, std::string_view value) noexcept {

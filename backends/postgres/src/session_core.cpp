@@ -68,6 +68,7 @@ void SessionCore::stop() noexcept {
       if (place.waiting != nullptr) place.waiting->notify_all();  // it ends: the session stopped
     for (auto& [id, box] : election_boxes_)
       if (box.waiting != nullptr) box.waiting->notify_all();
+    for (auto& [key, reading] : leader_readings_) reading->done.notify_all();
     for (auto& q : jobs_) {
       if (q.waited != nullptr) q.waited->cv.notify_all();
       else unrun.push_back(std::move(q));

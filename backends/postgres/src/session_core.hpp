@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -124,6 +125,12 @@ class SessionCore : public SharedConnection {
   Result<ElectionWake> wait_for_election(ElectionBoxId id, LockRef lock, std::chrono::nanoseconds timeout,
                                          std::stop_token stop);
 
+  // Who leads (SessionBackend::leader): one reading, shared by every caller
+  // for the same election and threshold that asked before it began. The
+  // observers of an election, woken together at a leader's stale deadline,
+  // cost the session a statement or two, not one each.
+  Result<LeaderRecord> read_leader(LockRef lock, std::chrono::nanoseconds stale_threshold);
+
   [[nodiscard]] SessionStats stats() const noexcept;
   [[nodiscard]] const SessionOptions& options() const noexcept { return options_; }
   [[nodiscard]] const std::string& dsn() const noexcept { return dsn_; }
@@ -190,6 +197,13 @@ class SessionCore : public SharedConnection {
     std::vector<ElectionNotice> notices;
     std::condition_variable* waiting = nullptr;
   };
+  // A reading of who leads that callers wait for: joined until it begins.
+  struct LeaderReading {
+    std::optional<Result<LeaderRecord>> answer;
+    std::condition_variable done;
+  };
+  using LeaderReadingKey = std::tuple<std::string, std::string, std::int64_t>;  // table, lock, threshold (ns)
+
   // Hands each box the changes on its channel, and marks deaf the boxes of
   // a connection that went (the I/O thread, after any I/O).
   void dispatch_to_election_boxes(const std::vector<Notification>& notes);
@@ -230,6 +244,7 @@ class SessionCore : public SharedConnection {
   std::map<std::pair<std::string, std::int64_t>, Place> places_;  // by table and ticket
   WatchId next_watch_ = 1;
   std::map<ElectionBoxId, ElectionBox> election_boxes_;
+  std::map<LeaderReadingKey, std::shared_ptr<LeaderReading>> leader_readings_;  // not begun yet
   ElectionBoxId next_election_box_ = 1;
   Deadline next_recheck_ = Deadline::max();
 

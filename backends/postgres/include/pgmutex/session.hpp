@@ -114,7 +114,9 @@ class SessionBackend {
   Result<std::optional<LockRow>> inspect(LockRef lock) noexcept;
   Result<std::vector<LockRow>> list(std::string_view table) noexcept;
   Result<std::optional<LockRow>> force_release(LockRef lock) noexcept;
-  // Elections (BackendKeepsElections), each one statement on the session's connection.
+  // Elections (BackendKeepsElections), each one statement on the session's
+  // connection; leader() readings are shared by the callers (observers) of
+  // one election that ask before a reading begins.
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
