@@ -32,6 +32,8 @@ struct ElectionAccess;  // see election.hpp
 // is ours (a hung statement before it may have outlasted the lease), and the
 // server refuses one whose row went stale: a leader never announces past its
 // lease. A vacate goes out whenever the grant is still owned, lost or not.
+// The book notes what landed, under the gate: after a failover the state
+// announces it again (GrantBook::note_announced).
 template <class State>
 Result<LeaderRecord> announce_grant(State& s, std::uint64_t which, std::string_view value) {
   const auto over = [&] { return fail(Errc::lock_not_held, s.io.context() + ": the term's lease is over"); };
@@ -40,7 +42,9 @@ Result<LeaderRecord> announce_grant(State& s, std::uint64_t which, std::string_v
   if (!grant) return fail(Errc::lock_not_held, s.io.context() + ": " + grant.error().detail);
   return s.io.run([&](auto& backend) -> Result<LeaderRecord> {
     if (!s.grant_holds(which)) return over();
-    return backend.announce(s.io.key_of(*grant), value);
+    auto announced = backend.announce(s.io.key_of(*grant), value);
+    if (announced) s.book.note_announced(which, std::string(value));
+    return announced;
   });
 }
 
@@ -48,7 +52,11 @@ template <class State>
 Result<LeaderRecord> vacate_grant(State& s, std::uint64_t which) {
   auto grant = s.book.owned(which);
   if (!grant) return fail(Errc::lock_not_held, s.io.context() + ": the term ended already");
-  return s.io.run([&](auto& backend) { return backend.vacate(s.io.key_of(*grant)); });
+  return s.io.run([&](auto& backend) {
+    auto vacated = backend.vacate(s.io.key_of(*grant));
+    if (vacated) s.book.note_vacated(which);
+    return vacated;
+  });
 }
 
 }  // namespace detail

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -94,6 +95,21 @@ inline pgmutex::Options options(std::string table, std::string lock, std::string
   o.instance_id = std::move(instance);
   o.poll_interval = 50ms;
   return o;
+}
+
+// The server pids of the sessions that named themselves `application_name`.
+inline std::vector<int> sessions_of(const std::string& application_name) {
+  std::vector<int> pids;
+  for (const auto& row : admin("SELECT pid FROM pg_stat_activity WHERE application_name = '" + application_name + "'"))
+    pids.push_back(row[0].as<int>());
+  return pids;
+}
+
+// pg_terminate_backend on those sessions; returns once they are gone.
+inline void terminate_sessions_of(const std::string& application_name) {
+  admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" + application_name + "'");
+  for (int i = 0; i < 100 && !sessions_of(application_name).empty(); ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE(sessions_of(application_name).empty());
 }
 
 // The helper program's path (tests/integration/child.cpp), from meson.

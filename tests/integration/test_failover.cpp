@@ -8,11 +8,16 @@
 //            failover grace; the holder then learns it lost the lease; a
 //            grant made before the cut survives; after the grace the rival
 //            gets the lock, and fences granted afterwards exceed every
-//            earlier one, though the bare sequence goes back.
+//            earlier one, though the bare sequence goes back. An election
+//            (issue 18): a leader whose grant vanished knows its term is
+//            over (its own clock) before a rival leads; a leader whose
+//            proclaim the standby lacked announces it again; observers
+//            never see a term go back.
 //   [sync]   synchronous replication: the grant survives, the holder keeps
 //            the lock across the failover, and even the bare sequence goes
 //            on. With failover_grace = 0 a free lock is granted at once; with
-//            the default the grace applies there too.
+//            the default the grace applies there too. An election's leader
+//            leads on, and leader() on the new primary reports it.
 //   [multihost] no failover: the standby listed first, a DSN with
 //            target_session_attrs=read-write lands on the primary (keyword
 //            and URI form, a Mutex and a Session); without it, a write on the
@@ -22,12 +27,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <cstdlib>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "pgmutex/session.hpp"
 #include "pgmutex/testing/recording_metrics.hpp"
@@ -89,6 +97,13 @@ class GatedBackend {
   pgmutex::Result<std::optional<pgmutex::LockRow>> force_release(pgmutex::LockRef l) noexcept {
     return b_.force_release(l);
   }
+  pgmutex::Result<pgmutex::LeaderRecord> leader(pgmutex::LockRef l, std::chrono::nanoseconds stale) noexcept {
+    return b_.leader(l, stale);
+  }
+  pgmutex::Result<pgmutex::LeaderRecord> announce(const pgmutex::HolderKey& k, std::string_view value) noexcept {
+    return b_.announce(k, value);
+  }
+  pgmutex::Result<pgmutex::LeaderRecord> vacate(const pgmutex::HolderKey& k) noexcept { return b_.vacate(k); }
   [[nodiscard]] std::uint64_t session() const noexcept { return b_.session(); }
   [[nodiscard]] std::uint64_t history() const noexcept { return b_.history(); }
   [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept { return b_.heartbeat_commits_asynchronously(); }
@@ -99,6 +114,7 @@ class GatedBackend {
 };
 static_assert(pgmutex::Backend<GatedBackend>);
 using GatedMutex = pgmutex::BasicMutex<GatedBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
+using GatedElection = pgmutex::BasicElection<GatedBackend>;
 
 struct Pair {
   std::string mode = need_env("PGMUTEX_TEST_REPLICATION");
@@ -190,6 +206,42 @@ void fail_over(const Pair& pair) {
   REQUIRE(std::system((pair.primary_pgctl + " -m immediate stop >/dev/null").c_str()) == 0);
   REQUIRE(std::system((pair.standby_pgctl + " promote >/dev/null").c_str()) == 0);
   REQUIRE(on(pair.standby_dsn(), "SELECT NOT pg_is_in_recovery()")[0][0].as<bool>());
+}
+
+// Nanoseconds on the steady clock, for an atomic.
+long long stamp() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+// The next change within 5 s, taking errors as a reconnect does (the
+// observer's connection saw the failover: it reads again on a new one).
+pgmutex::LeaderChange next_change(pgmutex::Observer& o) {
+  for (int i = 0; i < 20; ++i) {
+    auto c = o.next(pgmutex::nothrow, 5s);
+    if (!c) {
+      UNSCOPED_INFO("try " << i << ": " << c.error().message());
+      std::this_thread::sleep_for(100ms);
+      continue;
+    }
+    REQUIRE(*c);
+    return **c;
+  }
+  FAIL("no change within 20 tries");
+  return {};
+}
+
+// Every change the observer reports until it has had nothing to report for
+// a second (errors, from a connection that saw the failover, skipped).
+std::vector<pgmutex::LeaderChange> changes_until_quiet(pgmutex::Observer& o) {
+  std::vector<pgmutex::LeaderChange> out;
+  for (int i = 0; i < 40; ++i) {
+    auto c = o.next(pgmutex::nothrow, 1s);
+    if (!c) {
+      std::this_thread::sleep_for(100ms);
+      continue;
+    }
+    if (!*c) break;
+    out.push_back(std::move(**c));
+  }
+  return out;
 }
 
 std::int64_t sequence_value(const std::string& dsn, const std::string& table) {
@@ -316,7 +368,7 @@ TEST_CASE("a multi-host DSN whose first host is a standby: target_session_attrs=
 
 TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grace keeps a rival out meanwhile, "
           "a replicated grant is kept, fences go on rising",
-          "[failover][async]") {
+          "[failover][async][election]") {
   const Pair pair;
   REQUIRE(pair.mode == "async");
   const std::string table = fresh_table("failover_async");
@@ -331,6 +383,19 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   RecordingMutex churner(PostgresBackend(pair.dsn, quick_reconnects()), short_lease(table, "churn", "churner"));
   PostgresBackend probe(pair.dsn, quick_reconnects());
   kept.create_schema();
+
+  // The election, in a table of its own: a leader elected before the cut
+  // (its grant and announcement replicated), and an observer of it.
+  const std::string elections = fresh_table("failover_async_election");
+  pgmutex::Election kept_election(PostgresBackend(pair.dsn, quick_reconnects()),
+                                  short_lease(elections, "leader", "kept-leader"));
+  kept_election.create_schema();
+  auto kept_lead = kept_election.campaign("k:1", 5s);
+  REQUIRE(kept_lead);
+  const pgmutex::Fence kept_term = kept_lead.term();
+  pgmutex::Observer kept_watch(PostgresBackend(pair.dsn, quick_reconnects()),
+                               short_lease(elections, "leader", "kept-watcher"));
+  CHECK(next_change(kept_watch).term == kept_term);
 
   // Granted and replicated before the cut.
   auto kept_guard = kept.try_acquire();
@@ -350,6 +415,22 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   CHECK(lost_fence > churn_before);
   const std::int64_t sequence_before = sequence_value("", table);
   const pgmutex::Fence highest_before = std::max({kept_fence, churn_before, lost_fence});
+
+  // On the primary alone: the kept leader's proclaim, and a leader whose
+  // grant will vanish (its heartbeats pass a gate of their own), observed.
+  kept_lead.proclaim("k:2");
+  CHECK(next_change(kept_watch).leader->value == "k:2");
+  const auto vanishing_gate = std::make_shared<Gate>();
+  GatedElection vanishing_election(GatedBackend(PostgresBackend(pair.dsn, quick_reconnects()), vanishing_gate),
+                                   short_lease(elections, "vanishing", "vanishing-leader"));
+  auto vanishing_lead = vanishing_election.campaign("v:1", 5s);
+  REQUIRE(vanishing_lead);
+  const pgmutex::Fence vanishing_term = vanishing_lead.term();
+  std::atomic<long long> vanishing_lost_at{0};
+  std::stop_callback on_vanishing_lost(vanishing_lead.stop_token(), [&] { vanishing_lost_at = stamp(); });
+  pgmutex::Observer vanishing_watch(PostgresBackend(pair.dsn, quick_reconnects()),
+                                    short_lease(elections, "vanishing", "vanishing-watcher"));
+  CHECK(next_change(vanishing_watch).term == vanishing_term);
   std::this_thread::sleep_for(1s);  // heartbeats acknowledged by the primary alone
   REQUIRE_FALSE(lost_guard.lost());
   REQUIRE_FALSE(kept_guard.lost());
@@ -358,8 +439,25 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   // its next heartbeat waits at the gate, unsent.
   gate->set(false);
   REQUIRE(gate->caught(5000ms));
+  // The vanishing leader hears nothing from now on, until a rival leads:
+  // only its own clock can end its term.
+  vanishing_gate->set(false);
+  REQUIRE(vanishing_gate->caught(5000ms));
   const auto switch_start = std::chrono::steady_clock::now();
   fail_over(pair);
+
+  // A rival campaigns for the vanished leader's election on the new
+  // primary, where it looks free: it waits out the failover grace.
+  pgmutex::Election rival_election(PostgresBackend(pair.dsn, quick_reconnects()),
+                                   short_lease(elections, "vanishing", "rival-leader"));
+  std::optional<pgmutex::Election::leadership_type> rival_lead;
+  std::atomic<long long> rival_led_at{0};
+  std::jthread rival_campaign([&] {
+    auto won = rival_election.campaign(pgmutex::nothrow, "r:1", 30s);
+    rival_led_at = stamp();
+    if (won) rival_lead.emplace(std::move(*won));
+    else UNSCOPED_INFO("the rival's campaign: " << won.error().message());
+  });
 
   // The rival tries on the new primary, where the lock looks free, while the
   // holder still believes it holds it: refused, by the failover grace.
@@ -434,6 +532,9 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   // the standby never saw the last nextval()s.
   auto rival_guard = rival.acquire(30s);
   REQUIRE(rival_guard);
+  rival_campaign.join();  // the election's rival waited out the grace too
+  vanishing_gate->set(true);
+
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - grace_seen).count();
   CHECK(waited >= grace_left - 1.0);  // a generous bound: the grace is on the server's clock
   polling_thread.join();
@@ -454,6 +555,47 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
   const pgmutex::Fence churn_after = churn(churner, 20);
   CHECK(churn_after > rival_guard.fence());
 
+  // The election. The vanished leader knew its term was over (its own
+  // clock: it heard nothing) before the rival led, with a higher term.
+  REQUIRE(rival_lead);
+  REQUIRE(*rival_lead);
+  CHECK(vanishing_lost_at != 0);
+  CHECK(vanishing_lost_at < rival_led_at);
+  CHECK(vanishing_lead.lost());
+  CHECK(rival_lead->term() > vanishing_term);
+  std::printf("async failover: the vanished leader knew its term was over %.2f s before the rival led\n",
+              static_cast<double>(rival_led_at - vanishing_lost_at) / 1e9);
+  // Its observer, not reading meanwhile, finds another history: the
+  // rival's term where the vanished one was, at the same count (reported
+  // with a gap); never a term below the vanished one.
+  const auto vanishing_seen = changes_until_quiet(vanishing_watch);
+  REQUIRE_FALSE(vanishing_seen.empty());
+  for (const auto& c : vanishing_seen) {
+    CHECK(c.term >= vanishing_term);
+    if (c.leader) CHECK(c.leader->instance_id == "rival-leader");
+  }
+  REQUIRE(vanishing_seen.back().leader);
+  CHECK(vanishing_seen.back().term == rival_lead->term());
+  // The kept leader leads on. The new primary had its grant and "k:1", not
+  // its proclaim: it announced "k:2" again (review finding 1), so leader()
+  // and its observer say so, in the same term.
+  CHECK_FALSE(kept_lead.lost());
+  std::optional<pgmutex::Leader> kept_now;
+  CHECK(eventually([&] {
+    auto read = kept_election.leader(pgmutex::nothrow);
+    if (read && *read) kept_now = **read;
+    return kept_now && kept_now->value == "k:2";
+  }));
+  REQUIRE(kept_now);
+  CHECK(kept_now->term == kept_term);
+  CHECK(kept_now->value == "k:2");
+  std::string kept_view = "k:2";  // what the observer says leads: what it last reported
+  for (const auto& c : changes_until_quiet(kept_watch)) {
+    CHECK(c.term == kept_term);
+    kept_view = c.leader ? c.leader->value : "";
+  }
+  CHECK(kept_view == "k:2");
+
   kept_guard.release();
   rival_guard.release();
   polling_guard->release();
@@ -461,7 +603,7 @@ TEST_CASE("asynchronous replication: a vanished grant is lost, the failover grac
 }
 
 TEST_CASE("synchronous replication: the grant survives, the holder keeps the lock across the failover",
-          "[failover][sync]") {
+          "[failover][sync][election]") {
   const Pair pair;
   REQUIRE(pair.mode == "sync");
   const std::string table = fresh_table("failover_sync");
@@ -476,6 +618,16 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   auto guard = holder.try_acquire();
   REQUIRE(guard);
   const pgmutex::Fence fence = guard.fence();
+  // The election, in a table of its own: a leader and an observer of it.
+  const std::string elections = fresh_table("failover_sync_election");
+  pgmutex::Election election(PostgresBackend(pair.dsn, quick_reconnects()),
+                             failover_options(elections, "leader", "leader"));
+  election.create_schema();
+  auto lead = election.campaign("s:1", 5s);
+  REQUIRE(lead);
+  pgmutex::Observer watch(PostgresBackend(pair.dsn, quick_reconnects()),
+                          failover_options(elections, "leader", "watcher"));
+  CHECK(next_change(watch).term == lead.term());
   const pgmutex::Fence churn_before = churn(churner, 50);
   const std::int64_t sequence_before = sequence_value("", table);
   REQUIRE(probe.connect());
@@ -490,6 +642,28 @@ TEST_CASE("synchronous replication: the grant survives, the holder keeps the loc
   CHECK_FALSE(guard.lost());
   guard.heartbeat();
   CHECK(metrics.count("lost") == 0);
+
+  // The leader leads on, the same term; leader() on the new primary (asked
+  // at the standby's own address, and through the leader's DSN) reports it;
+  // its observer hears its next proclaim, and never another term.
+  CHECK_FALSE(lead.lost());
+  auto on_new_primary = PostgresBackend(pair.standby_dsn(), quick_reconnects())
+                            .leader(pgmutex::LockRef{elections, "leader"}, 30s);
+  REQUIRE(on_new_primary);
+  CHECK(on_new_primary->leading());
+  CHECK(on_new_primary->term == lead.term());
+  CHECK(on_new_primary->value == "s:1");
+  CHECK(on_new_primary->instance_id == "leader");
+  auto leads = election.leader();
+  REQUIRE(leads);
+  CHECK(leads->term == lead.term());
+  lead.proclaim("s:2");
+  const auto seen = changes_until_quiet(watch);
+  REQUIRE_FALSE(seen.empty());
+  for (const auto& c : seen) CHECK(c.term == lead.term());
+  CHECK(seen.back().event == pgmutex::LeaderEvent::proclaimed);
+  REQUIRE(seen.back().leader);
+  CHECK(seen.back().leader->value == "s:2");
   std::printf("sync failover: %zu heartbeats failed during the switch\n", metrics.count("heartbeat_failed"));
 
   auto row = probe.inspect(pgmutex::LockRef{table, "job"});

@@ -15,24 +15,6 @@ using pgmutex::Errc;
 using pgmutex::PostgresBackend;
 using RecordingMutex = pgmutex::BasicMutex<PostgresBackend, pgmutex::SteadyClock, pgmutex::testing::RecordingMetrics>;
 
-namespace {
-
-// The server pids of the sessions that named themselves `application_name`.
-std::vector<int> sessions_of(const std::string& application_name) {
-  std::vector<int> pids;
-  for (const auto& row : admin("SELECT pid FROM pg_stat_activity WHERE application_name = '" + application_name + "'"))
-    pids.push_back(row[0].as<int>());
-  return pids;
-}
-
-void terminate_sessions_of(const std::string& application_name) {
-  admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" + application_name + "'");
-  for (int i = 0; i < 100 && !sessions_of(application_name).empty(); ++i) std::this_thread::sleep_for(20ms);
-  REQUIRE(sessions_of(application_name).empty());
-}
-
-}  // namespace
-
 TEST_CASE("pg_terminate_backend on the holder's connection: it reconnects, keeps the lock, same fence",
           "[faults][terminate]") {
   const std::string table = fresh_table("terminate");

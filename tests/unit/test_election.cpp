@@ -274,3 +274,96 @@ TEST_CASE("BasicElection: a leader paused past its lease cannot proclaim, even w
   CHECK_FALSE(after.announced);
   CHECK(after.change == before.change + 1);
 }
+
+// Review finding 1: a grant and its announcement commit in two transactions,
+// so a promoted standby (asynchronous replication) may have the grant
+// without the announcement, or without the last proclaim. The leader keeps
+// leading (its heartbeats match its row there), so it announces its value
+// again once a heartbeat is answered in the new server history: leader()
+// reports it, and an observer that saw the rollback is told it leads.
+TEST_CASE("BasicElection: a failover that kept the grant but lost the announcement: the leader announces again",
+          "[election][api][failover]") {
+  testing::Simulation sim;
+  Options quick = candidate("a");
+  quick.heartbeat_interval = 1s;
+  quick.alert_threshold = 5s;
+  quick.stale_threshold = 10s;
+  quick.poll_interval = 100ms;
+  auto a = sim.election(quick);
+  a.create_schema();
+  Options reader = quick;
+  reader.instance_id = "watcher";
+  auto obs = sim.observer(reader);
+  REQUIRE(obs.next(1s));  // nobody leads yet
+
+  std::optional<testing::SimElection::leadership_type> lead;
+  std::string value = "10.0.0.1:80";
+  const bool lost_proclaim = GENERATE(false, true);
+  if (!lost_proclaim) {
+    CAPTURE("the election's announcement lost");
+    // Each statement takes 1 s: the grant lands at 1 s, the announcement at 2 s.
+    sim.server().set_latency(1s);
+    Campaign ca;
+    campaign_in(sim, a, ca, value, 10s);
+    sim.advance(1500ms);
+    sim.server().replicate();  // the grant, not the announcement
+    sim.advance(1s);
+    sim.server().set_latency(0s);
+    REQUIRE(ca.got);
+    REQUIRE(*ca.got);
+    REQUIRE(**ca.got);
+    lead.emplace(std::move(**ca.got));
+  } else {
+    CAPTURE("a proclaim lost");
+    lead.emplace(a.campaign(value, 1s));
+    REQUIRE(*lead);
+    sim.server().replicate();  // the grant and the first value
+    value = "10.0.0.1:81";
+    lead->proclaim(value);
+  }
+  const Fence term = lead->term();
+  auto seen = obs.next(1s);
+  REQUIRE(seen);
+  REQUIRE(seen->leader);
+  CHECK(seen->leader->value == value);
+
+  sim.pause("a");  // a's timers wait while the observer reads the new primary
+  sim.server().fail_over();
+  auto raw = sim.connection("raw");
+  CHECK_FALSE(raw.leader(LockRef{"mutex_lock", "primary"}, 600s));  // the connection the failover broke
+  const LeaderRecord promoted = raw.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
+  CHECK(promoted.lock_fence == term);  // the grant is there
+  if (lost_proclaim) CHECK(promoted.value == "10.0.0.1:80");
+  else CHECK_FALSE(promoted.announced);  // the announcement is not
+  auto rolled_back = obs.next(1s);
+  REQUIRE(rolled_back);
+  if (!lost_proclaim) {
+    CHECK(rolled_back->event == LeaderEvent::vacated);  // the server went back: nobody leads, once
+    CHECK(rolled_back->gap);
+    CHECK_FALSE(rolled_back->leader);
+  } else {
+    CHECK(rolled_back->gap);  // another history: the present, with the old value
+  }
+
+  sim.resume("a");
+  sim.advance(2s);  // the next heartbeat is answered in the new history: a announces again
+  CHECK_FALSE(lead->lost());
+  auto now = a.leader();
+  REQUIRE(now);
+  CHECK(now->term == term);
+  CHECK(now->value == value);
+  CHECK(now->instance_id == "a");
+  auto told = obs.next(1s);
+  REQUIRE(told);
+  CHECK(told->event == (lost_proclaim ? LeaderEvent::proclaimed : LeaderEvent::elected));
+  CHECK(told->term == term);
+  REQUIRE(told->leader);
+  CHECK(told->leader->value == value);
+
+  // Once is enough: later heartbeats announce nothing more.
+  const auto change = raw.leader(LockRef{"mutex_lock", "primary"}, 600s).value().change;
+  sim.advance(5s);
+  CHECK(raw.leader(LockRef{"mutex_lock", "primary"}, 600s).value().change == change);
+  lead->resign();
+  CHECK_FALSE(a.leader());
+}

@@ -303,3 +303,34 @@ TEST_CASE("simulated failover grace: a replicated holder keeps its lock and its 
   ga.release();
   CHECK(b.try_acquire());  // the grace is over
 }
+
+// An election's value (review finding 1): due again once a heartbeat is
+// answered in a new server history, at every good answer until a
+// re-announcement settles it; never for a grant that announced nothing, or
+// whose term was vacated, or past the lease.
+TEST_CASE("an announced value is due again in a new server history, until settled", "[grant_book][failover][election]") {
+  Holder h;
+  const auto beat = [&](std::chrono::milliseconds when, std::uint64_t history) {
+    return h.book.apply_beat(h.grant, at(when), at(when), ok, false, 1s, 100ms, where(1, history, 0, 0, true)).reannounce;
+  };
+  CHECK_FALSE(beat(1s, 1));  // nothing announced: nothing due
+  h.book.note_announced(h.grant.generation, "v1");
+  CHECK_FALSE(beat(2s, 1));  // the same history
+  CHECK_FALSE(h.book.reannouncement(h.grant.generation, at(2s)));
+  CHECK(beat(3s, 2));  // a failover
+  CHECK(beat(4s, 2));  // still due: not yet settled
+  auto again = h.book.reannouncement(h.grant.generation, at(4s));
+  REQUIRE(again);
+  CHECK(again->value == "v1");
+  CHECK(again->grant.fence == 7);
+  CHECK_FALSE(h.book.reannouncement(h.grant.generation + 1, at(4s)));  // another grant's
+  CHECK_FALSE(h.book.reannouncement(h.grant.generation, at(32s)));    // past the lease
+  h.book.reannounce_settled(h.grant.generation);
+  CHECK_FALSE(beat(5s, 2));
+  CHECK(beat(6s, 3));
+  h.book.note_announced(h.grant.generation, "v2");  // a proclaim landed meanwhile: it settles too
+  CHECK_FALSE(beat(7s, 3));
+  h.book.note_vacated(h.grant.generation);
+  CHECK_FALSE(beat(8s, 4));  // a vacated term is never announced again
+  CHECK_FALSE(h.book.reannouncement(h.grant.generation, at(8s)));
+}

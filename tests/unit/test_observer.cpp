@@ -58,7 +58,9 @@ TEST_CASE("ObserverCursor: the present first, then every change in order; duplic
   CHECK(elected->term == 10);
   CHECK_FALSE(elected->gap);
   CHECK_FALSE(c.hear(notice('l', 1, 10, "a")));  // the same notice again
-  CHECK_FALSE(c.look(record(10, 1, true)));      // a reading that says nothing new
+  LeaderRecord same = record(10, 1, true);
+  same.value = "a";
+  CHECK_FALSE(c.look(same));  // a reading that says nothing new
 
   auto proclaimed = c.hear(notice('p', 2, 10, "b"));
   REQUIRE(proclaimed);
@@ -139,6 +141,53 @@ TEST_CASE("ObserverCursor: another history is a gap of unknown size; a term neve
     auto higher = c.hear(notice('l', 3, 21));  // a term above all seen: reported
     REQUIRE(higher);
     CHECK(higher->term == 21);
+  }
+}
+
+// Found by the async failover test (test_failover.cpp): the new primary
+// lacked the vanished leader's election, and the rival's election there was
+// its first change, as the vanished one had been on the old primary. An
+// observer that read it took the count for one it had seen, and went on
+// reporting the vanished leader while the rival led.
+TEST_CASE("ObserverCursor: the count reached again with another term or value is another history", "[observer]") {
+  detail::ObserverCursor c;
+  REQUIRE(c.look(record(10, 1, true)));
+  SECTION("another term: a rival elected on the new primary") {
+    auto after = c.look(record(20, 1, true));
+    REQUIRE(after);
+    CHECK(after->event == LeaderEvent::current);
+    CHECK(after->gap);
+    CHECK_FALSE(after->missed);
+    REQUIRE(after->leader);
+    CHECK(after->leader->term == 20);
+    CHECK_FALSE(c.look(record(20, 1, true)));  // told once
+    auto next = c.hear(notice('p', 2, 20, "v20'"));
+    REQUIRE(next);
+    CHECK(next->event == LeaderEvent::proclaimed);
+    CHECK_FALSE(next->gap);
+  }
+  SECTION("the same term, another value: the new primary lacks a proclaim and has had another") {
+    LeaderRecord other = record(10, 1, true);
+    other.value = "other";
+    auto after = c.look(other);
+    REQUIRE(after);
+    CHECK(after->gap);
+    REQUIRE(after->leader);
+    CHECK(after->leader->value == "other");
+  }
+  SECTION("a lower term: nobody leads, and the lower term is never reported") {
+    REQUIRE(c.hear(notice('l', 2, 30, "v30")));
+    auto after = c.look(record(20, 2, true));
+    REQUIRE(after);
+    CHECK(after->event == LeaderEvent::vacated);
+    CHECK(after->gap);
+    CHECK_FALSE(after->leader);
+  }
+  SECTION("a notice counts its term and value: a reading of the same change is nothing new") {
+    REQUIRE(c.hear(notice('p', 2, 10, "v10'")));
+    LeaderRecord same = record(10, 2, true);
+    same.value = "v10'";
+    CHECK_FALSE(c.look(same));
   }
 }
 

@@ -165,6 +165,7 @@ class GrantBook {
     last_good_session_ = at.session;
     last_good_history_ = at.history;
     unconfirmed_.clear();
+    forget_announced();
     held_ = true;
     lost_ = false;
     fence_ = fence;
@@ -193,6 +194,7 @@ class GrantBook {
     if (lost_) ended_lost_.push_back(generation_);  // a guard may still ask (a release through the mutex)
     held_ = false;
     lost_ = false;
+    forget_announced();
     ++generation_;  // the guard's grant is over: its lost()/stop_token() no longer apply
     if (stop_source_) [[unlikely]]
       stop_source_.reset();
@@ -252,6 +254,7 @@ class GrantBook {
     std::optional<time_point> next_wakeup;
     std::optional<time_point> renewed;  // the lease deadline, if this answer moved it
     int failures = 0;
+    bool reannounce = false;  // the announcement is due again (see note_announced)
   };
   Applied apply_beat(const Grant& g, time_point sent, time_point now, const Result<void>& answer, bool automatic,
                      duration interval, duration retry_base, ServerSession at) {
@@ -282,6 +285,8 @@ class GrantBook {
         trusted_send_ = last_good_send_ = sent;
         last_good_session_ = at.session;
         last_good_history_ = at.history;
+        // Nor is what the holder announced (see note_announced).
+        reannounce_due_ = announced_.has_value();
       } else {
         if (!asynchronous_ || at.durability.durable) trusted_send_ = std::max(trusted_send_, sent);
         else confirm(sent, now, at);
@@ -291,6 +296,7 @@ class GrantBook {
         }
       }
       failures_ = 0;
+      out.reannounce = reannounce_due_;
       if (trusted_send_ != trusted_before) {
         out.renewed = trusted_send_ + lease_;
         note_deadline();
@@ -311,7 +317,57 @@ class GrantBook {
     return out;
   }
 
+  // ---- an election's announcement (pgmutex/leadership.hpp) ---------------
+  // The value the holder of grant `generation` announced last, noted once
+  // the server took it (nothing: never announced, or vacated). A grant and
+  // its announcement commit in two transactions, so a promoted standby
+  // (asynchronous replication) may have the one without the other: the
+  // leader would lead while leader() and the observers say nobody does, or
+  // show an older value. So a heartbeat answered in a new server history
+  // (apply_beat) makes the value due again (Applied::reannounce), for the
+  // holder to announce once more (MutexState::reannounce) until an answer
+  // settles it. Announcing is idempotent and keyed by the grant, as a
+  // heartbeat is: a server that has the announcement changes nothing.
+  void note_announced(std::uint64_t generation, std::string value) {
+    LightLock lock(mutex_);
+    if (!held_ || generation != generation_) return;
+    announced_ = std::move(value);
+    reannounce_due_ = false;
+  }
+  void note_vacated(std::uint64_t generation) {
+    LightLock lock(mutex_);
+    if (!held_ || generation != generation_) return;
+    forget_announced();
+  }
+  // A re-announcement that was answered: taken, or refused for good (the
+  // term is over there; the next heartbeat tells). Not due any more.
+  void reannounce_settled(std::uint64_t generation) {
+    LightLock lock(mutex_);
+    if (generation == generation_) reannounce_due_ = false;
+  }
+  // What to announce again for grant `generation`, if it is due and the
+  // grant still held at `now`. Asked under the I/O gate, where announcements
+  // go out one at a time: a proclaim's value, noted there too, is never
+  // overtaken by an older one.
+  struct Reannouncement {
+    Grant grant;
+    std::string value;
+  };
+  [[nodiscard]] std::optional<Reannouncement> reannouncement(std::uint64_t generation, time_point now) const {
+    LightLock lock(mutex_);
+    if (!reannounce_due_ || !announced_ || generation != generation_ || !held_ || lost_ || past_deadline(now))
+      return std::nullopt;
+    return Reannouncement{Grant{fence_, token_, generation_}, *announced_};
+  }
+
  private:
+  // Called with mutex_ held.
+  void forget_announced() noexcept {
+    if (announced_) [[unlikely]]
+      announced_.reset();
+    reannounce_due_ = false;
+  }
+
   PGMUTEX_NOINLINE std::optional<LostNotice> expire_locked(time_point now) {
     LightLock lock(mutex_);
     if (!held_ || lost_ || !past_deadline(now)) return std::nullopt;
@@ -407,6 +463,8 @@ class GrantBook {
   time_point next_beat_at_{};
   std::optional<std::stop_source> stop_source_;
   Error lost_reason_;
+  std::optional<std::string> announced_;  // an election's value, as the server took it (see note_announced)
+  bool reannounce_due_ = false;          // a new server history may lack announced_
 };
 
 }  // namespace pgmutex::detail

@@ -259,7 +259,29 @@ class MutexState {
       if (announce_here) announce_lost(std::move(*applied.lost));
       else post_lost(std::move(*applied.lost), /*may_announce_here=*/false);
     }
+    // A statement, so off this thread (a backend's, perhaps). Not posted
+    // (no memory): still due, the next good heartbeat posts it again.
+    if (applied.reannounce) (void)post([this, which = g.generation] { reannounce(which); });
     return io.with_context(std::move(answer));
+  }
+
+  // An election's value, announced again after a failover (see
+  // GrantBook::note_announced): the leadership's own announce, sent by the
+  // state because only the heartbeat sees the server history change. Under
+  // the gate, so it goes out after (or before) a proclaim, never with a
+  // value the proclaim replaced; and only while the lease holds, so a leader
+  // never announces past its lease.
+  void reannounce(std::uint64_t which) {
+    if constexpr (BackendKeepsElections<B>) {
+      (void)io.run([&](auto& backend) -> Result<void> {
+        auto again = book.reannouncement(which, clock.now());
+        if (!again) return {};
+        auto answer = backend.announce(io.key_of(again->grant), again->value);
+        if (answer || answer.error() == Errc::lock_not_held) book.reannounce_settled(which);
+        if (!answer) return tl::unexpected(std::move(answer.error()));
+        return {};
+      });
+    }
   }
 
   // The automatic heartbeat through a backend that batches it: no thread
@@ -304,18 +326,20 @@ class MutexState {
     if (auto notice = book.expire(clock.now())) post_lost(std::move(*notice), /*may_announce_here=*/true);
   }
 
-  // Runs `fn` on the executor's I/O side, keeping this state alive meanwhile.
+  // Runs `fn` on the executor's I/O side, keeping this state alive
+  // meanwhile. False if it will not run (no thread or memory for it).
   template <class F>
-  void post(F fn) {
+  bool post(F fn) {
     add_reference();
     try {
       executor.post([this, fn = std::move(fn)]() mutable {
         tasks_.run(fn);
         drop_reference(this);
       });
+      return true;
     } catch (...) {
-      drop_reference(this);  // no thread or memory for it
-      beat_not_started();
+      drop_reference(this);
+      return false;
     }
   }
 
@@ -368,7 +392,7 @@ class MutexState {
     if (due.next_wakeup) arm_wakeup(*due.next_wakeup);
     if (due.beat) {
       if constexpr (BackendBeatsAsynchronously<B>) start_async_beat(*due.beat);
-      else post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); });
+      else if (!post([this, g = *due.beat] { (void)beat(g, /*automatic=*/true); })) beat_not_started();
     }
     // Off the timer: a stop callback may block, and other locks' deadlines must not wait for it.
     if (due.lost) post_lost(std::move(*due.lost), /*may_announce_here=*/true);

@@ -6,8 +6,10 @@
 // - a notice at or below the last count is dropped (a duplicate, or one
 //   already covered by a reading);
 // - a count that jumps is reported with gap and the number missed;
-// - a reading whose count went back is another history (an asynchronous
-//   failover lost announcements): gap, number unknown;
+// - a reading whose count went back, or that shows another term or value
+//   at the count already reached, is another history (an asynchronous
+//   failover lost announcements, and the new primary may have counted as
+//   many since, but others): gap, number unknown;
 // - a term lower than one already reported is never reported: if it would
 //   have been the leader, the observer is told once that nobody leads.
 #pragma once
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "pgmutex/backend.hpp"
 
@@ -28,17 +31,17 @@ class ObserverCursor {
     std::optional<Leader> now = leader_of(r);
     if (!started_) {
       started_ = true;
-      last_change_ = r.change;
+      counted(r.change, r.term, r.value);
       return report(LeaderEvent::current, r.term, r.change, std::move(now), false, 0);
     }
-    if (r.change < last_change_) {  // another history
-      last_change_ = r.change;
+    if (r.change < last_change_ || (r.change == last_change_ && (r.term != last_term_ || r.value != last_value_))) {
+      counted(r.change, r.term, r.value);  // another history
       if (r.term < top_term_) return nobody_after_rollback();
       return report(LeaderEvent::current, r.term, r.change, std::move(now), true, std::nullopt);
     }
     if (r.change > last_change_) {
       const std::int64_t missed = r.change - last_change_ - 1;
-      last_change_ = r.change;
+      counted(r.change, r.term, r.value);
       if (r.term < top_term_) return nobody_after_rollback();
       const LeaderEvent event = now ? (leading_ && r.term == leading_term_ ? LeaderEvent::proclaimed
                                                                            : LeaderEvent::elected)
@@ -56,7 +59,7 @@ class ObserverCursor {
   std::optional<LeaderChange> hear(const ElectionNotice& n) {
     if (!started_ || n.change <= last_change_) return std::nullopt;
     const std::int64_t missed = n.change - last_change_ - 1;
-    last_change_ = n.change;
+    counted(n.change, n.term, n.value);
     if (n.term < top_term_) return nobody_after_rollback();
     if (n.kind == 'v') return report(LeaderEvent::vacated, n.term, n.change, std::nullopt, missed > 0, missed);
     Leader leader{n.term, n.value, n.instance_id, n.host,
@@ -74,6 +77,14 @@ class ObserverCursor {
   [[nodiscard]] Fence top_term() const noexcept { return top_term_; }
 
  private:
+  // The server's change `change` set `term` and `value`: within one
+  // history, whoever reads that count again reads them too.
+  void counted(std::int64_t change, Fence term, const std::string& value) {
+    last_change_ = change;
+    last_term_ = term;
+    last_value_ = value;
+  }
+
   LeaderChange report(LeaderEvent event, Fence term, std::int64_t change, std::optional<Leader> leader, bool gap,
                       std::optional<std::int64_t> missed) {
     leading_ = leader.has_value();
@@ -110,6 +121,8 @@ class ObserverCursor {
   Fence leading_term_ = 0;
   Fence top_term_ = 0;
   std::int64_t last_change_ = 0;
+  Fence last_term_ = 0;     // the term and value as of last_change_
+  std::string last_value_;
 };
 
 }  // namespace pgmutex::detail
