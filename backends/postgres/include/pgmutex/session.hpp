@@ -118,6 +118,9 @@ class SessionBackend {
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+  // One statement per transition (BackendElectsInOneStatement).
+  Result<AcquireResult> try_acquire(const AcquireRequest& request, GrantAnnouncement& announcement) noexcept;
+  Result<void> release_vacating(const HolderKey& key) noexcept;
 
   // --- optional operations
   Result<std::vector<bool>> heartbeat_many(std::span<const HolderKey> keys) noexcept;
