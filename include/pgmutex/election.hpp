@@ -1,8 +1,9 @@
 // pgmutex::BasicElection: leader election on a lock (issue 18). A campaign
 // waits in the lock's queue like any acquire (first come, first served; one
-// wake-up per handoff), then announces its value: the term is the grant's
-// fence, the value what the leader tells the others (its address, its shard
-// map). The leadership it returns is a guard with a value (leadership.hpp).
+// wake-up per handoff), and the statement that grants it the lock announces
+// its value: the term is the grant's fence, the value what the leader tells
+// the others (its address, its shard map). The leadership it returns is a
+// guard with a value (leadership.hpp).
 // leader() reads who leads in one statement; observer() follows every
 // change (pgmutex/observer.hpp). Aliases next to the mutex's: pgmutex::Election
 // (Postgres, pgmutex/mutex.hpp), pgmutex::SessionElection (pgmutex/session.hpp)
@@ -29,18 +30,6 @@ template <class State>
 struct GuardState<BasicGuard<State>> {
   using type = State;
 };
-
-// Makes a leadership from a campaign's guard (its constructor is private).
-struct ElectionAccess {
-  template <class Leadership, class Guard>
-  static Leadership elected(Guard guard, std::string value) {
-    return Leadership(std::move(guard), std::move(value));
-  }
-  template <class Leadership, class Guard>
-  static Leadership not_elected(Guard guard) {
-    return Leadership(std::move(guard), std::string());
-  }
-};
 }  // namespace detail
 
 template <Backend B, Clock C = SteadyClock, Metrics M = NoMetrics, Executor E = ThreadExecutor>
@@ -48,6 +37,10 @@ class BasicElection {
   static_assert(BackendKeepsElections<B>,
                 "an election needs a backend that keeps elections: leader(), announce() and vacate() "
                 "(BackendKeepsElections in pgmutex/backend_election.hpp)");
+  static_assert(BackendElectsInOneStatement<B>,
+                "an election needs a backend that grants and announces, and vacates and releases, in one "
+                "statement each: try_acquire(request, GrantAnnouncement&) and release_vacating(key) "
+                "(BackendElectsInOneStatement in pgmutex/backend_election.hpp)");
 
  public:
   using mutex_type = BasicMutex<B, C, M, E>;
@@ -72,21 +65,31 @@ class BasicElection {
   void create_schema() { value_or_throw(create_schema(nothrow)); }
 
   // Waits in line until this candidate leads, `timeout` passes or `stop` is
-  // requested (an empty leadership whose why() says which), then announces
-  // `value`. Errc::invalid_argument for a value over max_election_value_bytes
-  // (before waiting); Errc::already_acquired while this object leads.
+  // requested (an empty leadership whose why() says which); the statement
+  // that grants it the lock announces `value` (one transaction: observers
+  // hear 'elected' at its commit). Errc::invalid_argument for a value over
+  // max_election_value_bytes (before waiting); Errc::already_acquired while
+  // this object leads.
   Result<leadership_type> campaign(nothrow_t, std::string value, std::optional<duration> timeout = std::nullopt,
                                    std::stop_token stop = {}) {
     if (auto valid = validate_election_value(name(), value); !valid) return tl::unexpected(std::move(valid.error()));
-    auto guard = mutex_.acquire(nothrow, timeout, std::move(stop));
+    GrantAnnouncement announcement{value};
+    auto guard = detail::AsyncAccess::state_of(mutex_)->campaign(timeout, std::move(stop), announcement);
     if (!guard) return tl::unexpected(std::move(guard.error()));
     if (!*guard) return detail::ElectionAccess::not_elected<leadership_type>(std::move(*guard));
-    auto* state = detail::AsyncAccess::guard_state(*guard);
-    auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
-    if (!announced) {
-      (void)detail::vacate_grant(*state, detail::AsyncAccess::generation(*guard));  // a landed announce is undone
-      (void)guard->release(nothrow);  // the next in line goes on
-      return tl::unexpected(std::move(announced.error()));
+    if (!announcement.announced) [[unlikely]] {
+      // Granted, but not shown announced: the reply of the try that granted
+      // it was lost (the grant adopted by its token, or a confirm tried
+      // again), or the server records a term at or above this grant's fence.
+      // One more statement says which (announce is idempotent). If that
+      // fails, nobody leads on this grant: the release vacates whatever
+      // landed and hands the lock to the next in line.
+      auto* state = detail::AsyncAccess::guard_state(*guard);
+      auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
+      if (!announced) {
+        (void)detail::ElectionAccess::release_vacating(*guard);
+        return tl::unexpected(std::move(announced.error()));
+      }
     }
     return detail::ElectionAccess::elected<leadership_type>(std::move(*guard), std::move(value));
   }
