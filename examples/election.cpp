@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   const std::string dsn = argc > 1 ? argv[1] : "";
   pgmutex::Election election(pgmutex::PostgresBackend(dsn), {.lock_name = "primary", .instance_id = "web-1"});
   election.create_schema();
-  auto leadership = election.campaign("10.0.0.7:8080");  // waits in line, then announces
+  auto leadership = election.campaign("10.0.0.7:8080");  // waits in line; its grant announces
   serve_until(leadership.stop_token());                   // stopped if the lease is lost
   leadership.proclaim("10.0.0.7:8081");                    // a new value, the same term
 

@@ -437,8 +437,8 @@ void statements(const std::string& table, int observers, int cycles) {
               observers, observer_role, cycles, changes, reports, changes * observers, missing, gaps);
   std::printf("FIGURE statements_per_change_candidate %.3f %.3f %.0f\n", (total(c1) - total(c0)) / changes, 0.0, changes);
   std::printf("FIGURE statements_per_change_observers %.3f %.3f %d\n", (total(o1) - total(o0)) / changes, 0.0, observers);
-  std::printf("  candidate (role postgres): %.3f statements per change (campaign's acquire and announce, proclaim, "
-              "resign's vacate and release, heartbeats)\n", (total(c1) - total(c0)) / changes);
+  std::printf("  candidate (role postgres): %.3f statements per change (campaign's acquire that announces, proclaim, "
+              "resign's release that vacates, heartbeats)\n", (total(c1) - total(c0)) / changes);
   breakdown(c0, c1, changes);
   std::printf("  all %d observers together: %.3f statements per change\n", observers, (total(o1) - total(o0)) / changes);
   breakdown(o0, o1, changes);

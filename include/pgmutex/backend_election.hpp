@@ -123,6 +123,48 @@ concept BackendKeepsElections = requires(B& b, const HolderKey& key, std::string
   { b.vacate(key) } noexcept -> std::same_as<Result<LeaderRecord>>;
 };
 
+// What a campaign's acquire carries (BackendElectsInOneStatement): in, the
+// value to announce; out, whether the grant the try made or confirmed for
+// itself was announced with it, in the same transaction as the grant.
+struct GrantAnnouncement {
+  std::string_view value;
+  bool announced = false;
+};
+
+// One statement per transition of an election (issue 18, phase 6), so that
+// resign -> successor costs what the queue's handoff costs: the release and
+// the successor's confirm.
+//
+// - try_acquire(request, announcement): a try as try_acquire(request) (plain
+//   or queued, the same rules, the same answer) that, when it grants the lock
+//   to the request itself (a free or stale lock taken, an offer confirmed),
+//   announces announcement.value as the new term's in the same transaction:
+//   observers hear 'elected' at its commit. It sets announcement.announced
+//   when the election record now shows the grant's term announced; false
+//   with a grant means the server refused the announce (it records a term at
+//   or above the grant's fence) or could not tell (a retried confirm): the
+//   caller then announces on its own (announce(), idempotent) or gives the
+//   lock up. A try that grants nothing announces nothing and writes nothing
+//   more than the plain try would. A value the rules refuse
+//   (validate_election_value) is Errc::invalid_argument before any statement.
+// - release_vacating(key): release(key), and in the same statement the
+//   grant's term vacated if it is announced (observers hear 'vacated', then
+//   the successor's 'elected'). Keyed by the grant as release is, so it
+//   vacates only its own term, and does so whether or not the holder's lease
+//   ran out on its clock (review finding 4); Errc::lock_not_held when no row
+//   matches, and nothing changes then.
+//
+// The value rides on the acquire as a separate argument rather than a field
+// of AcquireRequest, and the vacate as a separate operation rather than a
+// flag of HolderKey: a plain Mutex's request, key, statements and in-memory
+// path stay byte for byte what they were, and pay nothing for elections.
+template <class B>
+concept BackendElectsInOneStatement =
+    requires(B& b, const AcquireRequest& request, GrantAnnouncement& announcement, const HolderKey& key) {
+      { b.try_acquire(request, announcement) } noexcept -> std::same_as<Result<AcquireResult>>;
+      { b.release_vacating(key) } noexcept -> std::same_as<Result<void>>;
+    };
+
 // A backend whose observers wait for announcements without a statement
 // (LISTEN): until a notice, the timeout or `stop`. A backend without it is
 // observed by reading leader() every poll_interval (the in-memory one).

@@ -1,8 +1,9 @@
 // pgmutex::BasicElection: leader election on a lock (issue 18). A campaign
 // waits in the lock's queue like any acquire (first come, first served; one
-// wake-up per handoff), then announces its value: the term is the grant's
-// fence, the value what the leader tells the others (its address, its shard
-// map). The leadership it returns is a guard with a value (leadership.hpp).
+// wake-up per handoff), and the statement that grants it the lock announces
+// its value: the term is the grant's fence, the value what the leader tells
+// the others (its address, its shard map). The leadership it returns is a
+// guard with a value (leadership.hpp).
 // leader() reads who leads in one statement; observer() follows every
 // change (pgmutex/observer.hpp). Aliases next to the mutex's: pgmutex::Election
 // (Postgres, pgmutex/mutex.hpp), pgmutex::SessionElection (pgmutex/session.hpp)
@@ -38,54 +39,6 @@ Result<std::optional<Leader>> read_leader(State& s) {
   if (!record) return tl::unexpected(std::move(record.error()));
   return leader_of(*record);
 }
-
-// Makes a leadership from a campaign's guard (its constructor is private).
-struct ElectionAccess {
-  template <class Leadership, class Guard>
-  static Leadership elected(Guard guard, std::string value) {
-    return Leadership(std::move(guard), std::move(value));
-  }
-  template <class Leadership, class Guard>
-  static Leadership not_elected(Guard guard) {
-    return Leadership(std::move(guard), std::string());
-  }
-  // A campaign's second half, after its acquire returned: an empty guard
-  // (timeout, cancelled) is an empty leadership; a grant announces `value`,
-  // and one whose announce fails is undone (vacated, released to the next
-  // in line). Blocking: the async campaign runs it where statements run.
-  template <class Leadership, class Guard>
-  static Result<Leadership> take_office(Guard guard, std::string value) {
-    if (!guard) return not_elected<Leadership>(std::move(guard));
-    auto* state = AsyncAccess::guard_state(guard);
-    auto announced = announce_grant(*state, AsyncAccess::generation(guard), value);
-    if (!announced) {
-      (void)vacate_grant(*state, AsyncAccess::generation(guard));  // a landed announce is undone
-      (void)guard.release(nothrow);  // the next in line goes on
-      return tl::unexpected(std::move(announced.error()));
-    }
-    return elected<Leadership>(std::move(guard), std::move(value));
-  }
-  // Where a leadership's value lives (null for an empty one): an async
-  // proclaim writes the new value there when its handler runs.
-  template <class Leadership>
-  static std::shared_ptr<std::string> value_slot(const Leadership& leadership) noexcept {
-    return leadership.value_;
-  }
-  template <class Election>
-  static auto& mutex_of(Election& election) noexcept {
-    return election.mutex_;
-  }
-  // An observer's state (its loop) and its next change, waiting out an
-  // unreachable server: what its async forms run.
-  template <class Observer>
-  static auto* observer_state(Observer& observer) noexcept {
-    return AsyncAccess::state_of(observer.mutex_);
-  }
-  template <class Observer>
-  static Result<std::optional<LeaderChange>> next_waiting_out(Observer& observer, const std::stop_token& stop) {
-    return observer.next_waiting_out(stop);
-  }
-};
 }  // namespace detail
 
 template <Backend B, Clock C = SteadyClock, Metrics M = NoMetrics, Executor E = ThreadExecutor>
@@ -93,6 +46,10 @@ class BasicElection {
   static_assert(BackendKeepsElections<B>,
                 "an election needs a backend that keeps elections: leader(), announce() and vacate() "
                 "(BackendKeepsElections in pgmutex/backend_election.hpp)");
+  static_assert(BackendElectsInOneStatement<B>,
+                "an election needs a backend that grants and announces, and vacates and releases, in one "
+                "statement each: try_acquire(request, GrantAnnouncement&) and release_vacating(key) "
+                "(BackendElectsInOneStatement in pgmutex/backend_election.hpp)");
 
  public:
   using mutex_type = BasicMutex<B, C, M, E>;
@@ -131,15 +88,38 @@ class BasicElection {
   void create_schema() { value_or_throw(create_schema(nothrow)); }
 
   // Waits in line until this candidate leads, `timeout` passes or `stop` is
-  // requested (an empty leadership whose why() says which), then announces
-  // `value`. Errc::invalid_argument for a value over max_election_value_bytes
-  // (before waiting); Errc::already_acquired while this object leads.
+  // requested (an empty leadership whose why() says which); the statement
+  // that grants it the lock announces `value` (one transaction: observers
+  // hear 'elected' at its commit). Errc::invalid_argument for a value over
+  // max_election_value_bytes (before waiting); Errc::already_acquired while
+  // this object leads.
   Result<leadership_type> campaign(nothrow_t, std::string value, std::optional<duration> timeout = std::nullopt,
                                    std::stop_token stop = {}) {
     if (auto valid = validate_election_value(name(), value); !valid) return tl::unexpected(std::move(valid.error()));
-    auto guard = mutex_.acquire(nothrow, timeout, std::move(stop));
+    GrantAnnouncement announcement{value};
+    auto guard = detail::AsyncAccess::state_of(mutex_)->campaign(timeout, std::move(stop), announcement);
     if (!guard) return tl::unexpected(std::move(guard.error()));
-    return detail::ElectionAccess::take_office<leadership_type>(std::move(*guard), std::move(value));
+    if (!*guard) return detail::ElectionAccess::not_elected<leadership_type>(std::move(*guard));
+    if (!announcement.announced) [[unlikely]] {
+      // Granted, but not shown announced: the reply of the try that granted
+      // it was lost (the grant adopted by its token, or a confirm tried
+      // again), or the server records a term at or above this grant's fence.
+      // One more statement says which (announce is idempotent). If that
+      // fails, nobody leads on this grant: the release vacates whatever
+      // landed and hands the lock to the next in line.
+      auto* state = detail::AsyncAccess::guard_state(*guard);
+      auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
+      if (!announced) {
+        (void)detail::ElectionAccess::release_vacating(*guard);
+        return tl::unexpected(std::move(announced.error()));
+      }
+    } else {
+      // The grant's statement announced it: the book notes the value, to
+      // announce it again after a failover that lost it (announce_grant
+      // notes its own). Its first heartbeat is a heartbeat_interval away.
+      detail::AsyncAccess::guard_state(*guard)->book.note_announced(detail::AsyncAccess::generation(*guard), value);
+    }
+    return detail::ElectionAccess::elected<leadership_type>(std::move(*guard), std::move(value));
   }
   leadership_type campaign(std::string value, std::optional<duration> timeout = std::nullopt, std::stop_token stop = {}) {
     return value_or_throw(campaign(nothrow, std::move(value), timeout, std::move(stop)));

@@ -18,6 +18,7 @@ namespace detail {
 struct AsyncAccess;  // see basic_mutex.hpp
 struct AcquireWait;  // see detail/acquire_wait.hpp
 struct QueueWait;    // see detail/queue_wait.hpp
+struct ElectionAccess;  // see leadership.hpp
 }  // namespace detail
 
 // Who held the lock when an acquire did not get it.
@@ -124,10 +125,25 @@ class BasicGuard {
   friend struct detail::AsyncAccess;
   friend struct detail::AcquireWait;
   friend struct detail::QueueWait;
+  friend struct detail::ElectionAccess;
 
   BasicGuard(State* state, std::uint64_t generation, Fence fence) noexcept
       : state_(state), generation_(generation), fence_(fence) {}
   BasicGuard(Errc why, std::optional<HolderInfo> holder) noexcept : why_(why), holder_(std::move(holder)) {}
+
+  // release(), by a leadership's resign: the statement also vacates the
+  // grant's term (MutexState::release_grant<true>). Apart from release(),
+  // so that a plain guard's code stays what it was; a template, so that a
+  // guard of a backend that keeps no elections never compiles it (not even
+  // in an explicit instantiation).
+  template <bool Vacate = true>
+  Result<void> release_vacating() {
+    if (state_ == nullptr) return fail(Errc::lock_not_held, "guard does not own a lock");
+    State* state = std::exchange(state_, nullptr);
+    auto released = state->template release_grant<Vacate>(generation_);
+    State::drop_owner(state);
+    return released;
+  }
 
   void reset() noexcept {
     if (state_ != nullptr) (void)release(nothrow);

@@ -2,8 +2,9 @@
 // term. It is a guard with a value: the term is the grant's fence, the
 // watchdog and "lost before anyone else can lead" hold as for any guard, and
 // the value is what this leader announced. Resigning (or the destructor)
-// vacates the term first, so observers hear the vacancy, then releases the
-// lock to the next in line. Used from one thread at a time, as a guard is.
+// vacates the term and releases the lock to the next in line, in one
+// statement, so observers hear the vacancy before the successor's election.
+// Used from one thread at a time, as a guard is.
 #pragma once
 
 #include <chrono>
@@ -23,17 +24,18 @@ namespace pgmutex {
 
 namespace detail {
 
-struct ElectionAccess;  // see election.hpp
+struct ElectionAccess;  // below
 
-// The holder of grant `which` announces `value` (elected or proclaimed), or
-// vacates its term: one statement each, under the mutex's I/O gate, keyed by
-// the grant as its heartbeat is. An announce is refused without a statement
-// once the lease is over on this process's clock, checked again once the gate
-// is ours (a hung statement before it may have outlasted the lease), and the
-// server refuses one whose row went stale: a leader never announces past its
-// lease. A vacate goes out whenever the grant is still owned, lost or not.
-// The book notes what landed, under the gate: after a failover the state
-// announces it again (GrantBook::note_announced).
+
+// The holder of grant `which` announces `value` (proclaimed, or elected when
+// the campaign's acquire could not announce with its grant): one statement,
+// under the mutex's I/O gate, keyed by the grant as its heartbeat is. It is
+// refused without a statement once the lease is over on this process's
+// clock, checked again once the gate is ours (a hung statement before it may
+// have outlasted the lease), and the server refuses one whose row went
+// stale: a leader never announces past its lease. The book notes what
+// landed, under the gate: after a failover the state announces it again
+// (GrantBook::note_announced).
 template <class State>
 Result<LeaderRecord> announce_grant(State& s, std::uint64_t which, std::string_view value) {
   const auto over = [&] { return fail(Errc::lock_not_held, s.io.context() + ": the term's lease is over"); };
@@ -48,16 +50,62 @@ Result<LeaderRecord> announce_grant(State& s, std::uint64_t which, std::string_v
   });
 }
 
-template <class State>
-Result<LeaderRecord> vacate_grant(State& s, std::uint64_t which) {
-  auto grant = s.book.owned(which);
-  if (!grant) return fail(Errc::lock_not_held, s.io.context() + ": the term ended already");
-  return s.io.run([&](auto& backend) {
-    auto vacated = backend.vacate(s.io.key_of(*grant));
-    if (vacated) s.book.note_vacated(which);
-    return vacated;
-  });
-}
+// Makes a leadership from a campaign's guard (its constructor is private),
+// and ends one (a guard's release whose statement vacates the term).
+struct ElectionAccess {
+  template <class Leadership, class Guard>
+  static Leadership elected(Guard guard, std::string value) {
+    return Leadership(std::move(guard), std::move(value));
+  }
+  template <class Leadership, class Guard>
+  static Leadership not_elected(Guard guard) {
+    return Leadership(std::move(guard), std::string());
+  }
+  // One statement (BackendElectsInOneStatement::release_vacating): the term
+  // vacated and the lock released to the next in line, atomically. Keyed by
+  // the grant, so it goes out whether or not the lease was lost on this
+  // process's clock: a row still ours is vacated and handed on all the same.
+  template <class Guard>
+  static Result<void> release_vacating(Guard& guard) {
+    return guard.template release_vacating<true>();
+  }
+  // An async campaign's second half, after the mutex's async_acquire
+  // returned (its tries carry no value: one statement more than the
+  // blocking campaign's): an empty guard is an empty leadership; a grant
+  // announces `value`, and one whose announce fails leads nobody (the
+  // release vacates whatever landed and hands the lock on). Blocking: it
+  // runs where the async operation's statements run.
+  template <class Leadership, class Guard>
+  static Result<Leadership> take_office(Guard guard, std::string value) {
+    if (!guard) return not_elected<Leadership>(std::move(guard));
+    auto announced = announce_grant(*AsyncAccess::guard_state(guard), AsyncAccess::generation(guard), value);
+    if (!announced) {
+      (void)release_vacating(guard);
+      return tl::unexpected(std::move(announced.error()));
+    }
+    return elected<Leadership>(std::move(guard), std::move(value));
+  }
+  // Where a leadership's value lives (null for an empty one): an async
+  // proclaim writes the new value there when its handler runs.
+  template <class Leadership>
+  static std::shared_ptr<std::string> value_slot(const Leadership& leadership) noexcept {
+    return leadership.value_;
+  }
+  template <class Election>
+  static auto& mutex_of(Election& election) noexcept {
+    return election.mutex_;
+  }
+  // An observer's state (its loop) and its next change, waiting out an
+  // unreachable server: what its async forms run.
+  template <class Observer>
+  static auto* observer_state(Observer& observer) noexcept {
+    return AsyncAccess::state_of(observer.mutex_);
+  }
+  template <class Observer>
+  static Result<std::optional<LeaderChange>> next_waiting_out(Observer& observer, const std::stop_token& stop) {
+    return observer.next_waiting_out(stop);
+  }
+};
 
 }  // namespace detail
 
@@ -111,17 +159,14 @@ class BasicLeadership {
   }
   void proclaim(std::string value) { value_or_throw(proclaim(nothrow, std::move(value))); }
 
-  // Vacates the term (observers are told nobody leads), then releases the
-  // lock to the next in line. Errc::lock_not_held if the term was over
-  // already (the lease lost): nothing is left to give up then.
+  // Vacates the term (observers are told nobody leads) and releases the
+  // lock to the next in line, in one statement: the successor is woken by
+  // the same commit that vacates. Errc::lock_not_held if the term was over
+  // already (the lease lost and the row taken over): nothing is left to
+  // give up then.
   Result<void> resign(nothrow_t) {
-    State* state = detail::AsyncAccess::guard_state(guard_);
-    if (state == nullptr) return fail(Errc::lock_not_held, "leadership holds no term");
-    auto vacated = detail::vacate_grant(*state, detail::AsyncAccess::generation(guard_));
-    auto released = guard_.release(nothrow);  // whatever the vacate said: the next in line must not wait
-    if (!released) return released;
-    if (!vacated) return tl::unexpected(std::move(vacated.error()));
-    return {};
+    if (!guard_.owns_lock()) return fail(Errc::lock_not_held, "leadership holds no term");
+    return detail::ElectionAccess::release_vacating(guard_);
   }
   void resign() { value_or_throw(resign(nothrow)); }
 

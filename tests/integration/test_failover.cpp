@@ -104,6 +104,11 @@ class GatedBackend {
     return b_.announce(k, value);
   }
   pgmutex::Result<pgmutex::LeaderRecord> vacate(const pgmutex::HolderKey& k) noexcept { return b_.vacate(k); }
+  pgmutex::Result<pgmutex::AcquireResult> try_acquire(const pgmutex::AcquireRequest& r,
+                                                      pgmutex::GrantAnnouncement& a) noexcept {
+    return b_.try_acquire(r, a);
+  }
+  pgmutex::Result<void> release_vacating(const pgmutex::HolderKey& k) noexcept { return b_.release_vacating(k); }
   [[nodiscard]] std::uint64_t session() const noexcept { return b_.session(); }
   [[nodiscard]] std::uint64_t history() const noexcept { return b_.history(); }
   [[nodiscard]] bool heartbeat_commits_asynchronously() const noexcept { return b_.heartbeat_commits_asynchronously(); }

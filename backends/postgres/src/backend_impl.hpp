@@ -96,6 +96,9 @@ struct PostgresBackend::Impl {
     std::chrono::nanoseconds poll_delay{0};  // a waiter that cannot LISTEN: its next look
   };
   std::map<std::int64_t, QueuedHere> queued_here;
+  // This backend has campaigned (an election's): its waits prepare the
+  // election's queued try and release instead of the mutex's.
+  bool campaigns = false;
 
   [[nodiscard]] bool unnamed_mode() const noexcept;
   // `table` must have passed validate_table_name.

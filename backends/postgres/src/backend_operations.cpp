@@ -63,40 +63,54 @@ Result<void> PostgresBackend::create_schema(std::string_view table) noexcept {
       });
 }
 
-Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request) noexcept {
-  if (!impl_) return moved_from();
-  return impl_->on_table<AcquireResult>(
+namespace {
+
+// A try (plain or queued), or a campaign's (`announce` set: the election's
+// variant of the same statement, election_sql.cpp, which announces a grant
+// it makes for itself in the same transaction; announce->announced says
+// whether the answer shows it announced).
+template <class Impl>  // PostgresBackend::Impl, deduced (it is private)
+Result<AcquireResult> acquire_try(Impl& impl, const AcquireRequest& request, GrantAnnouncement* announce) {
+  return impl.template on_table<AcquireResult>(
       request.lock.table, "acquire " + lock_context(request.lock), Effect::write, request.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<AcquireResult> {
+        if (announce) impl.campaigns = true;  // its waits prepare the election's statements (queue_waits.cpp)
         const HolderDetails& given = request.holder_details;
-        const std::vector<std::string> params{
+        std::vector<std::string> params{
             std::string(request.lock.lock_name), std::string(request.instance_id),
             seconds_param(request.stale_threshold), token_param(request.token), bound.lock_timeout_param(),
-            given.host.empty() ? impl_->host : std::string(given.host),
+            given.host.empty() ? impl.host : std::string(given.host),
             std::to_string(given.pid != 0 ? given.pid : static_cast<std::int64_t>(::getpid())),
-            given.command.empty() ? impl_->options.holder_command : std::string(given.command),
-            impl_->grace_param()};
+            given.command.empty() ? impl.options.holder_command : std::string(given.command),
+            impl.grace_param()};
         if (request.queue_ticket != 0) [[unlikely]] {
           // A queued try (queue_sql.cpp): one statement, never retried here.
           std::vector<std::string> queued = params;
           queued.push_back(std::to_string(request.queue_ticket));
           queued.push_back(std::to_string(session.reported_backend_pid()));
           queued.push_back(lock_hash(request.lock.lock_name));
-          auto rows = session.run(st.acquire_queued, queued, bound);
+          if (announce) queued.emplace_back(announce->value);
+          auto rows = session.run(announce ? st.election_acquire_queued : st.acquire_queued, queued, bound);
           if (!rows) return tl::unexpected(std::move(rows.error()));
           AcquireResult answer = read_queued_acquire(*rows);
-          if (answer.acquired && impl_->mark) impl_->durable_done(session);
-          if (answer.acquired || answer.queue_place_lost) impl_->queued_here.erase(request.queue_ticket);
+          if (answer.acquired && impl.mark) impl.durable_done(session);
+          if (answer.acquired || answer.queue_place_lost) impl.queued_here.erase(request.queue_ticket);
+          if (announce) announce->announced = answer.acquired && rows->text(0, 13) == "t";
           return answer;
+        }
+        if (announce) {
+          params.emplace_back(announce->value);
+          params.push_back(lock_hash(request.lock.lock_name));
         }
         AcquireResult out;
         for (int attempt = 0; attempt < acquire_tries; ++attempt) {
           // Each try that lost changed nothing, so trying again is safe.
-          auto rows = session.run(st.acquire, params, bound);
+          auto rows = session.run(announce ? st.election_acquire : st.acquire, params, bound);
           if (!rows) return tl::unexpected(std::move(rows.error()));
           bool raced = false;
           out = read_acquire(*rows, raced);
-          if (out.acquired && impl_->mark) impl_->durable_done(session);  // an acquire commits synchronously
+          if (out.acquired && impl.mark) impl.durable_done(session);  // an acquire commits synchronously
+          if (announce) announce->announced = out.acquired && rows->text(0, 9) == "t";
           if (out.acquired || !raced) return out;
           if (std::chrono::steady_clock::now() >= bound.deadline) break;
         }
@@ -113,6 +127,42 @@ Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request
         }
         return out;
       });
+}
+
+// A release (the holder's key), or a resign's (`vacate`: the statement also
+// vacates the grant's term).
+template <class Impl>
+Result<void> release_with(Impl& impl, const HolderKey& key, bool vacate) {
+  auto removed = impl.template on_table<bool>(
+      key.lock.table, (vacate ? "resign " : "release ") + lock_context(key.lock), Effect::write, key.timeout,
+      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<bool> {
+        auto rows = session.run(vacate ? st.election_release : st.release,
+                                {std::string(key.lock.lock_name), std::string(key.instance_id),
+                                 std::to_string(key.fence), token_param(key.token), lock_hash(key.lock.lock_name),
+                                 bound.lock_timeout_param()},
+                                bound);
+        if (!rows) return tl::unexpected(std::move(rows.error()));
+        return !rows->empty();
+      });
+  if (!removed) return tl::unexpected(std::move(removed.error()));
+  if (!*removed) return no_row_for(key);
+  return {};
+}
+
+}  // namespace
+
+Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request) noexcept {
+  if (!impl_) return moved_from();
+  return acquire_try(*impl_, request, nullptr);
+}
+
+Result<AcquireResult> PostgresBackend::try_acquire(const AcquireRequest& request,
+                                                   GrantAnnouncement& announcement) noexcept {
+  announcement.announced = false;
+  if (!impl_) return moved_from();
+  if (auto valid = validate_election_value(request.lock.lock_name, announcement.value); !valid)
+    return tl::unexpected(valid.error());
+  return acquire_try(*impl_, request, &announcement);
 }
 
 Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
@@ -139,20 +189,12 @@ Result<void> PostgresBackend::heartbeat(const HolderKey& key) noexcept {
 
 Result<void> PostgresBackend::release(const HolderKey& key) noexcept {
   if (!impl_) return moved_from();
-  auto removed = impl_->on_table<bool>(
-      key.lock.table, "release " + lock_context(key.lock), Effect::write, key.timeout,
-      [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<bool> {
-        auto rows = session.run(st.release,
-                                {std::string(key.lock.lock_name), std::string(key.instance_id),
-                                 std::to_string(key.fence), token_param(key.token), lock_hash(key.lock.lock_name),
-                                 bound.lock_timeout_param()},
-                                bound);
-        if (!rows) return tl::unexpected(std::move(rows.error()));
-        return !rows->empty();
-      });
-  if (!removed) return tl::unexpected(std::move(removed.error()));
-  if (!*removed) return no_row_for(key);
-  return {};
+  return release_with(*impl_, key, false);
+}
+
+Result<void> PostgresBackend::release_vacating(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  return release_with(*impl_, key, true);
 }
 
 Result<std::optional<LockRow>> PostgresBackend::inspect(LockRef lock_ref) noexcept {

@@ -1,9 +1,12 @@
 // The text of the election's statements (issue 18): the table of announced leaders next to the lock table, who leads
 // (one read), an announcement (elected, or a proclaim within the term) and a
-// vacate (resign). The term is the lock grant's fence; the leader is the
-// lock's holder, so every write is keyed by the holder's grant exactly as a
-// heartbeat is, and locks the lock row before the election row (queue_sql.cpp's
-// lock order). Observers are told on the lock's channel plus "_e".
+// vacate, and the parts that the campaign's acquire and the resign's release
+// add to the lock's and the queue's statements (one statement per
+// transition). The term is the lock grant's fence; the leader is the lock's
+// holder, so every write is keyed by the holder's grant exactly as a
+// heartbeat is (or made by the statement that grants it), and locks the lock
+// row before the election row (queue_sql.cpp's lock order). Observers are
+// told on the lock's channel plus "_e".
 #include <string>
 
 #include "pgmutex/backend.hpp"
@@ -58,7 +61,57 @@ std::string notify(std::string_view table, std::string_view hash, std::string_vi
          "holder_host, '')) || ':' || coalesce(" + r + "holder_host, '') || " + r + "leader_value)";
 }
 
+// The upsert of an announcement: the election row of $1 gets term
+// `fence`, `value`, `instance`, `host` (SQL expressions over `from`). A
+// higher term is elected; the same term, announced, with another value is
+// proclaimed; anything else (the same value again, a vacated term, a lower
+// term) writes nothing. Returns the row written.
+std::string upsert_announcement(const std::string& e, std::string_view fence, std::string_view value,
+                                std::string_view instance, std::string_view host, std::string_view from) {
+  return "INSERT INTO " + e + " AS e (lock_name, term, change_no, announced, leader_value, instance_id,"
+         " holder_host, since, changed_at)"
+         " SELECT $1, " + std::string(fence) + ", 1, true, " + std::string(value) + "::text, " + std::string(instance) +
+         ", " + std::string(host) + ", now(), now() FROM " + std::string(from) +
+         " ON CONFLICT (lock_name) DO UPDATE SET term = excluded.term, change_no = e.change_no + 1, announced = true,"
+         " leader_value = excluded.leader_value, instance_id = excluded.instance_id, holder_host = excluded.holder_host,"
+         " since = CASE WHEN e.term = excluded.term THEN e.since ELSE now() END, changed_at = now()"
+         " WHERE e.term < excluded.term OR (e.term = excluded.term AND e.announced"
+         " AND e.leader_value IS DISTINCT FROM excluded.leader_value)"
+         " RETURNING e.*";
+}
+
+// The holder's term vacated: the row stays, not leading, and the count moves
+// on; only if `me` (the holder's locked lock row) names its term and it is
+// announced. Returns the row written.
+std::string vacate_term(const std::string& e) {
+  return "UPDATE " + e + " AS e SET announced = false, change_no = e.change_no + 1, changed_at = now()"
+         " FROM me WHERE e.lock_name = $1 AND e.term = me.fence AND e.announced RETURNING e.*";
+}
+
 }  // namespace
+
+ElectionParts announce_with_grant(std::string_view table, const std::string& mine, std::string_view value,
+                                  std::string_view hash) {
+  const std::string e = quoted_election(table);
+  ElectionParts out;
+  out.ctes = " e_grant AS (" + mine + "),"
+             " e_prev AS (SELECT term, announced FROM " + e + " WHERE lock_name = $1),"
+             " e_up AS (" + upsert_announcement(e, "g.fence", value, "$2", "nullif($6::text, '')", "e_grant AS g") + ")";
+  // Announced: written now, or (a confirm tried again after its reply was
+  // lost) written by the first, as this statement's snapshot shows it.
+  out.columns = ", EXISTS (SELECT 1 FROM e_up) OR coalesce((SELECT p.term = g.fence AND p.announced"
+                " FROM e_prev AS p, e_grant AS g), false),"
+                " (SELECT " + notify(table, hash, "CASE WHEN (SELECT term FROM e_prev) = a.term THEN 'p' ELSE 'l' END", "a") +
+                " FROM e_up AS a)";
+  return out;
+}
+
+ElectionParts vacate_with_release(std::string_view table, std::string_view hash) {
+  ElectionParts out;
+  out.ctes = " e_vac AS (" + vacate_term(quoted_election(table)) + "),";
+  out.columns = ", (SELECT " + notify(table, hash, "'v'", "v") + " FROM e_vac AS v)";
+  return out;
+}
 
 std::string sql_election_table(std::string_view table) {
   const TableName parts = parse_table_name(table).value();
@@ -115,15 +168,7 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
       "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
       + holder_row(t, true) +
       " prev AS (SELECT term FROM " + e + " WHERE lock_name = $1),"
-      " up AS (INSERT INTO " + e + " AS e (lock_name, term, change_no, announced, leader_value, instance_id,"
-      " holder_host, since, changed_at)"
-      " SELECT $1, me.fence, 1, true, $6::text, me.instance_id, me.holder_host, now(), now() FROM me"
-      " ON CONFLICT (lock_name) DO UPDATE SET term = excluded.term, change_no = e.change_no + 1, announced = true,"
-      " leader_value = excluded.leader_value, instance_id = excluded.instance_id, holder_host = excluded.holder_host,"
-      " since = CASE WHEN e.term = excluded.term THEN e.since ELSE now() END, changed_at = now()"
-      " WHERE e.term < excluded.term OR (e.term = excluded.term AND e.announced"
-      " AND e.leader_value IS DISTINCT FROM excluded.leader_value)"
-      " RETURNING e.*),"
+      " up AS (" + upsert_announcement(e, "me.fence", "$6", "me.instance_id", "me.holder_host", "me") + "),"
       " now_row AS (SELECT * FROM up UNION ALL SELECT * FROM " + e + " WHERE lock_name = $1"
       " AND NOT EXISTS (SELECT 1 FROM up))"
       " SELECT EXISTS (SELECT 1 FROM me), " + record_columns("now_row") + ","
@@ -138,8 +183,7 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
       "pgmutex_vacate" + suffix,
       "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
       + holder_row(t, false) +
-      " up AS (UPDATE " + e + " AS e SET announced = false, change_no = e.change_no + 1, changed_at = now()"
-      " FROM me WHERE e.lock_name = $1 AND e.term = me.fence AND e.announced RETURNING e.*),"
+      " up AS (" + vacate_term(e) + "),"
       " now_row AS (SELECT * FROM up UNION ALL SELECT * FROM " + e + " WHERE lock_name = $1"
       " AND NOT EXISTS (SELECT 1 FROM up))"
       " SELECT EXISTS (SELECT 1 FROM me), " + record_columns("now_row") + ","

@@ -71,6 +71,8 @@ static_assert(BackendWaitsForRelease<PostgresBackend>);
 static_assert(BackendBatchesHeartbeats<PostgresBackend>);
 static_assert(BackendReportsCommitMode<PostgresBackend>);
 static_assert(BackendReportsDurability<PostgresBackend>);
+static_assert(BackendKeepsElections<PostgresBackend>);
+static_assert(BackendElectsInOneStatement<PostgresBackend>);
 
 // ---- a pgmutex::Session's access ---------------------------------------------
 

@@ -48,17 +48,26 @@ std::string offer_payload(const std::string& fence) {
 // goes to the first live waiter as an offer (one NOTIFY naming it and the
 // runner-up), or is deleted when nobody live waits (NOTIFY ''). Waiters
 // ahead of the head are dead, and offers ahead of it orphaned: swept.
-Statement handoff_release(std::string_view table, bool keyed, const std::string& name) {
+//
+// `vacate` (keyed only): a leadership's resign. The same statement vacates
+// the holder's term if it is announced (the election row after the lock
+// row, as every election statement) and tells observers on the election's
+// channel, with a synchronous commit as every election write: observers
+// hear 'vacated' from the commit that wakes the next in line.
+Statement handoff_release(std::string_view table, bool keyed, const std::string& name, bool vacate) {
   const std::string t = quote_table(table);
   const std::string q = quoted_queue(table);
   const std::string lt = keyed ? "$6" : "$3";
   const std::string hash = keyed ? "$5" : "$2";
   const std::string key = keyed ? " AND t.instance_id = $2 AND t.fence = $3 AND coalesce(t.grant_token, 0) = $4::bigint"
                                 : "";
+  const ElectionParts vacated = vacate ? vacate_with_release(table, hash) : ElectionParts{};
+  const std::string durable = vacate ? std::string(forced_synchronous_commit) + ", " : std::string();
   return {name,
-          "WITH " + std::string(procs_cte) + ", cfg AS (SELECT set_config('lock_timeout', " + lt + ", true)),"
+          "WITH " + std::string(procs_cte) + ", cfg AS (SELECT " + durable + "set_config('lock_timeout', " + lt +
+              ", true)),"
           " me AS (SELECT t.* FROM " + t + " AS t, cfg WHERE t.locked = 1 AND t.lock_name = $1 AND t.lock_name <> ''" +
-              key + " FOR UPDATE OF t)," +
+              key + " FOR UPDATE OF t)," + vacated.ctes +
               head_ctes(q, alive("q"), "EXISTS (SELECT 1 FROM me)") +
               " offer AS (UPDATE " + t + " AS t SET " + grant_to_head(table) +
               " FROM me, head WHERE t.locked = 1 AND t.lock_name = $1 AND t.fence = me.fence RETURNING t.fence),"
@@ -72,7 +81,7 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
               " AND (q.offered_fence IS NOT NULL OR NOT " + alive("q") + ") RETURNING 1)"
               " SELECT " + std::string(row_columns) + ", pg_notify(" + channel_sql(table, hash) +
               ", CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " + offer_payload("(SELECT fence FROM offer)") +
-              " ELSE '' END), (SELECT count(*) FROM swept) FROM me"};
+              " ELSE '' END), (SELECT count(*) FROM swept)" + vacated.columns + " FROM me"};
 }
 
 void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
@@ -90,9 +99,11 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
   // count as alive ourselves (we are asking); our row is re-attached to
   // this backend if it named a dead one (a reconnect), and a pooled
   // waiter's lease is refreshed.
-  s.acquire_queued = {
-      "pgmutex_acquire_queued" + suffix,
-      "WITH " + std::string(procs_cte) + ","
+  // `announce`: a campaign's (TableStatements::election_acquire_queued): a
+  // grant it confirms (conf) or takes (took) for itself announces its value
+  // in the same statement.
+  const auto acquire_queued_sql = [&](const ElectionParts* announce) {
+    return "WITH " + std::string(procs_cte) + ","
       // $6..$8 (the holder's details) are the queue row's here: typed, unused.
       " cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true),"
       " $6::text AS host, $7::bigint AS pid, $8::text AS command),"
@@ -136,7 +147,8 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " waiter_pid = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE pg_backend_pid() END,"
       " waiter_started = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE " + my_start + " END"
       " WHERE " + ours + " AND EXISTS (SELECT 1 FROM queued_here) AND NOT EXISTS (SELECT 1 FROM took)"
-      " AND (q.waiter_pid IS NULL OR (NOT (SELECT alive FROM me) AND pg_backend_pid() = $11::int)) RETURNING 1)"
+      " AND (q.waiter_pid IS NULL OR (NOT (SELECT alive FROM me) AND pg_backend_pid() = $11::int)) RETURNING 1)" +
+      (announce ? "," + announce->ctes : std::string()) +
       " SELECT (SELECT fence FROM conf), (SELECT g.fence FROM granted AS g WHERE EXISTS (SELECT 1 FROM took)),"
       " EXISTS (SELECT 1 FROM lost), c.instance_id, c.fence, c.age,"
       " CASE WHEN EXISTS (SELECT 1 FROM off) THEN 0 ELSE c.token END, c.stale, (SELECT left_s FROM grace),"
@@ -144,8 +156,15 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN pg_notify(" + channel_sql(table, "$12") + ", " +
           offer_payload("(SELECT fence FROM granted)") + ") END,"
       " (SELECT count(*) FROM rejoin) + (SELECT count(*) FROM conf_out) + (SELECT count(*) FROM lost_out)"
-      " + (SELECT count(*) FROM swept)"
-      " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true"};
+      " + (SELECT count(*) FROM swept)" + (announce ? announce->columns : std::string()) +
+      " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true";
+  };
+  s.acquire_queued = {"pgmutex_acquire_queued" + suffix, acquire_queued_sql(nullptr)};
+  // $13 the value ($12 the lock hash, as above).
+  const ElectionParts announce = announce_with_grant(
+      table, "SELECT fence FROM conf UNION ALL SELECT g.fence FROM granted AS g WHERE EXISTS (SELECT 1 FROM took)",
+      "$13", "$12");
+  s.election_acquire_queued = {"pgmutex_election_acquire_queued" + suffix, acquire_queued_sql(&announce)};
 
   // E: after the LISTEN. The waiter is bound to this connection's backend
   // (pid and start) when the pid the connection reported at start-up is

@@ -57,7 +57,11 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
           // enqueue's: the place is taken, a closed connection is found by
           // the wait, and a statement not prepared is prepared when it runs.
           auto& own = dynamic_cast<OwnSession&>(session);
-          if (own.prepare(st.acquire_queued, bound)) (void)own.prepare(st.release, bound);
+          if (impl_->campaigns) {
+            if (own.prepare(st.election_acquire_queued, bound)) (void)own.prepare(st.election_release, bound);
+          } else if (own.prepare(st.acquire_queued, bound)) {
+            (void)own.prepare(st.release, bound);
+          }
         }
         QueuePlace place;
         place.ticket = std::stoll(rows->text(0, 0));

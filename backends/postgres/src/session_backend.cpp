@@ -261,6 +261,21 @@ Result<ElectionWake> SessionBackend::wait_for_election(LockRef lock, std::chrono
 
 static_assert(BackendWaitsForElections<SessionBackend>);
 
+Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request,
+                                                  GrantAnnouncement& announcement) noexcept {
+  if (!impl_) return moved_from();
+  auto tried = impl_->backend.try_acquire(request, announcement);
+  // As the plain try: a queued try that won, or found its place gone, ends the place's wait.
+  if (request.queue_ticket != 0 && tried && (tried->acquired || tried->queue_place_lost))
+    impl_->core().forget_place(request.lock.table, request.queue_ticket);
+  return tried;
+}
+
+Result<void> SessionBackend::release_vacating(const HolderKey& key) noexcept {
+  if (!impl_) return moved_from();
+  return impl_->backend.release_vacating(key);
+}
+
 Result<void> SessionBackend::dequeue(const AcquireRequest& request, std::int64_t ticket) noexcept {
   if (!impl_) return moved_from();
   impl_->core().forget_place(request.lock.table, ticket);
@@ -323,5 +338,7 @@ static_assert(BackendReportsCommitMode<SessionBackend>);
 static_assert(BackendRunsJobs<SessionBackend>);
 static_assert(BackendWaitsInQueue<SessionBackend>);
 static_assert(BackendQueuesAsynchronously<SessionBackend>);
+static_assert(BackendKeepsElections<SessionBackend>);
+static_assert(BackendElectsInOneStatement<SessionBackend>);
 
 }  // namespace pgmutex

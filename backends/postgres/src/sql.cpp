@@ -200,7 +200,7 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v11");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v12");
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;
@@ -242,8 +242,10 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // as it takes over a stale row. The backend-status snapshot is read only
   // when the lock has queue rows; a losing try still writes nothing.
   const std::string q = quoted_queue(table);
-  s.acquire = {"pgmutex_acquire" + suffix,
-               "WITH " + std::string(procs_cte) + ", cur AS ("
+  // `announce`: a campaign's try (TableStatements::election_acquire): a
+  // grant it makes (ins or upd) announces its value in the same statement.
+  const auto acquire_sql = [&](const ElectionParts* announce) {
+    return "WITH " + std::string(procs_cte) + ", cur AS ("
                " SELECT instance_id, fence, last_heartbeat, " + seconds_since("last_heartbeat") + " AS age,"
                " coalesce(grant_token, 0) AS token, " + std::string(stale_condition) + " AS stale"
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
@@ -271,15 +273,20 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " AND ((" + std::string(stale_condition) + " AND EXISTS (SELECT 1 FROM cur WHERE cur.stale))"
                " OR (EXISTS (SELECT 1 FROM offered WHERE offered.lapsed)"
                " AND (fence, last_heartbeat) = (SELECT c2.fence, c2.last_heartbeat FROM cur AS c2)))"
-               " RETURNING fence)"
+               " RETURNING fence)" + (announce ? "," + announce->ctes : std::string()) +
                " SELECT (SELECT fence FROM ins), (SELECT fence FROM upd), c.instance_id, c.fence, c.age,"
                " CASE WHEN EXISTS (SELECT 1 FROM offered) THEN 0 ELSE c.token END, c.stale,"
-               " (SELECT left_s FROM grace), EXISTS (SELECT 1 FROM queued)"
+               " (SELECT left_s FROM grace), EXISTS (SELECT 1 FROM queued)" + (announce ? announce->columns : std::string()) +
                " FROM (VALUES (1)) AS one(x)"
                // A grant must survive a server crash even on a (pooled) session
                // that turned synchronous_commit off: raise it for this statement only.
                " CROSS JOIN (SELECT " + std::string(forced_synchronous_commit) + ", " + lock_timeout("$5") + ") AS cfg"
-               " LEFT JOIN cur AS c ON true"};
+               " LEFT JOIN cur AS c ON true";
+  };
+  s.acquire = {"pgmutex_acquire" + suffix, acquire_sql(nullptr)};
+  // $10 the value, $11 the lock hash.
+  const ElectionParts announce = announce_with_grant(table, "SELECT fence FROM ins UNION ALL SELECT fence FROM upd", "$10", "$11");
+  s.election_acquire = {"pgmutex_election_acquire" + suffix, acquire_sql(&announce)};
 
   // synchronous_commit is read at commit: set_config(..., true) inside the
   // statement decides it for this one implicit transaction, whatever the
@@ -337,6 +344,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // The NOTIFY is sent at commit, only if the row was ours: a handoff to
   // the first live waiter, or '' when the row went (queue_sql.cpp).
   s.release = handoff_release(table, true, "pgmutex_release" + suffix);
+  s.election_release = handoff_release(table, true, "pgmutex_election_release" + suffix, /*vacate=*/true);
 
   s.inspect = {"pgmutex_inspect" + suffix,
                "SELECT " + row_columns + " FROM " + t + " WHERE locked = 1 AND lock_name = $1" + no_marker};

@@ -71,6 +71,17 @@ struct TableStatements {
   // $1 the reader's stale seconds. Every election row of the table: its
   // lock_name, then the columns leader returns; by lock.
   Statement list_elections;
+  // One statement per transition (BackendElectsInOneStatement). A
+  // campaign's tries: acquire's $1..$9, $10 the value, $11 the lock hash;
+  // acquire_queued's $1..$12, $13 the value. Each returns what the plain one
+  // returns, then whether the election row now shows the try's own grant
+  // announced, then the 'elected' NOTIFY (void). A grant the try makes or
+  // confirms for itself announces the value in the same transaction.
+  Statement election_acquire;
+  Statement election_acquire_queued;
+  // The resign: release's parameters and answer, the holder's term vacated
+  // in the same transaction (then the 'vacated' NOTIFY, void).
+  Statement election_release;
 };
 
 // The failover grace's marker row: lock_name '' (validate_lock_name allows

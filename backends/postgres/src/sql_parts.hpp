@@ -56,9 +56,29 @@ struct Statement;
 struct TableStatements;
 // queue_sql.cpp: the release with handoff (keyed by the holder, or forced),
 // the queue's statements, and the queue table's DDL.
-Statement handoff_release(std::string_view table, bool keyed, const std::string& name);
+// `vacate`: the resign's release (TableStatements::election_release).
+Statement handoff_release(std::string_view table, bool keyed, const std::string& name, bool vacate = false);
 void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix);
 std::string create_queue_sql(std::string_view table);
 void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix);
 std::string create_election_sql(std::string_view table);
+
+// What the election adds to a lock statement to make it one of a
+// transition's (election_sql.cpp): CTEs for its WITH, and columns (each
+// after a comma of its own) for the end of its SELECT list.
+struct ElectionParts {
+  std::string ctes;
+  std::string columns;
+};
+// A campaign's try: `mine` is a query of the fence of the grant the try
+// made or confirmed for itself (no row: none), $1 the lock, $2 the instance,
+// $6 the host, `value` and `hash` the parameters of the value and the lock
+// hash. The grant's term is announced (e_grant, e_prev, e_up: after a comma
+// of the caller's, none after the last); columns: whether the record shows
+// it announced now, and the 'elected' NOTIFY.
+ElectionParts announce_with_grant(std::string_view table, const std::string& mine, std::string_view value,
+                                  std::string_view hash);
+// The resign's release: `me` (the holder's locked lock row) names the term
+// vacated (e_vac, followed by a comma); column: the 'vacated' NOTIFY.
+ElectionParts vacate_with_release(std::string_view table, std::string_view hash);
 }  // namespace pgmutex::postgres_detail

@@ -26,16 +26,17 @@ struct AcquireWait {
   // timeout, the waiter still looks again this often.
   static constexpr std::chrono::nanoseconds watch_without_timeout = std::chrono::hours(1);
 
-  template <class State>
+  // `announce`: a campaign's (MutexState::campaign), passed to every try.
+  template <class State, class Announce = NoAnnouncement>
   static Result<typename State::guard_type> run(State& s, std::optional<std::chrono::nanoseconds> timeout,
-                                                std::stop_token stop) {
+                                                std::stop_token stop, Announce announce = {}) {
     using duration = std::chrono::nanoseconds;
     using guard_type = typename State::guard_type;
     using B = decltype(s.io.backend);
-    if constexpr (BackendQueuesWaiters<B>) return QueueWait::run(s, timeout, std::move(stop));
+    if constexpr (BackendQueuesWaiters<B>) return QueueWait::run(s, timeout, std::move(stop), announce);
     const auto start = s.clock.now();
     for (;;) {
-      auto attempt = s.try_acquire();
+      auto attempt = s.try_acquire(announce);
       const bool transient = !attempt && (attempt.error() == Errc::backend_unavailable ||
                                           attempt.error() == Errc::outcome_unknown);
       if (!attempt && !transient) return attempt;

@@ -24,6 +24,11 @@
 
 namespace pgmutex::detail {
 
+// What a plain Mutex's tries carry: nothing. A campaign's carry a
+// GrantAnnouncement* instead (BackendElectsInOneStatement): the same code,
+// instantiated apart, so a mutex's tries and releases stay what they were.
+struct NoAnnouncement {};
+
 template <Backend B, Clock C>
 class LockStatements {
  public:
@@ -81,9 +86,12 @@ class LockStatements {
   // `held_here(now)` says whether this object holds the lock already: asked
   // under the gate, before any statement.
   // `queued`: a waiter's try, in its place in the queue (see
-  // AcquireRequest::queue_ticket); null: a plain try.
-  template <class HeldHere>
-  Attempt try_acquire(HeldHere&& held_here, QueuedWaiter* queued = nullptr) {
+  // AcquireRequest::queue_ticket); null: a plain try. `announce`: a
+  // campaign's (GrantAnnouncement*): a grant the try makes for itself is
+  // announced in the same statement, and announce->announced says whether
+  // it was (false after a grant adopted by its token: the reply was lost).
+  template <class HeldHere, class Announce = NoAnnouncement>
+  Attempt try_acquire(HeldHere&& held_here, QueuedWaiter* queued = nullptr, Announce announce = {}) {
     IoLock io(gate_);
     if (!io) return Attempt::failed(reentered().value());
     const time_point entered = clock_.now();
@@ -93,14 +101,14 @@ class LockStatements {
                                                                "); release it before acquiring again"));
     for (int tries = 0; tries < 2; ++tries) {
       if (queued) [[unlikely]]
-        return try_queued(*queued, tries == 0 ? entered : clock_.now());
+        return try_queued(*queued, tries == 0 ? entered : clock_.now(), announce);
       const GrantToken token = next_token();
       // When the statement went out, at the latest: the first try reuses the
       // reading taken once the gate was ours (an earlier send time only
       // shortens the lease the grant is given).
       const time_point sent = tries == 0 ? entered : clock_.now();
       plain_request_.token = token;
-      auto outcome = backend.try_acquire(plain_request_);
+      auto outcome = send_try(plain_request_, announce);
       if (outcome) {
         if (outcome->acquired) [[likely]] {
           if (outcome->reclaimed) [[unlikely]]
@@ -194,6 +202,11 @@ class LockStatements {
   // row that may still be there is deleted by its token at the next contact,
   // not left to go stale; it is never adopted again: a grant that was
   // released keeps its fence to itself, and the next gets a higher one.
+  // `Vacate`: a leadership's resign (BackendElectsInOneStatement): the same
+  // statement vacates the grant's term. A retry after an unknown outcome
+  // that finds the row gone knows the first one landed, vacate included
+  // (one transaction).
+  template <bool Vacate = false>
   PGMUTEX_ALWAYS_INLINE Result<void> release(const typename GrantBook<time_point>::Grant& g) {
     IoLock io(gate_);
     if (!io) [[unlikely]]
@@ -203,10 +216,10 @@ class LockStatements {
     key.fence = g.fence;
     key.token = g.token;
     key.durable = g.durable;
-    Result<void> deleted = backend.release(key);
+    Result<void> deleted = send_release<Vacate>(key);
     for (int attempt = 1; !deleted && attempt < release_attempts; ++attempt) {
       if (deleted.error() != Errc::backend_unavailable && deleted.error() != Errc::outcome_unknown) break;
-      deleted = backend.release(key);
+      deleted = send_release<Vacate>(key);
       if (!deleted && deleted.error() == Errc::lock_not_held) {
         // A retry after an unknown outcome finds the row gone: the first delete landed.
         deleted = {};
@@ -271,6 +284,24 @@ class LockStatements {
  private:
   static constexpr int release_attempts = 3;
 
+  // One try's statement: a plain Mutex's, or a campaign's that announces a
+  // grant it makes for itself (announce->announced set from the answer).
+  PGMUTEX_ALWAYS_INLINE Result<AcquireResult> send_try(const AcquireRequest& request, NoAnnouncement) {
+    return backend.try_acquire(request);
+  }
+  Result<AcquireResult> send_try(const AcquireRequest& request, GrantAnnouncement* announce)
+    requires BackendElectsInOneStatement<B>
+  {
+    announce->announced = false;
+    return backend.try_acquire(request, *announce);
+  }
+
+  template <bool Vacate>
+  PGMUTEX_ALWAYS_INLINE Result<void> send_release(const HolderKey& key) {
+    if constexpr (Vacate) return backend.release_vacating(key);
+    else return backend.release(key);
+  }
+
   AcquireRequest queue_request(const QueuedWaiter& queued) const noexcept {
     AcquireRequest r = plain_request_;  // under the gate, as every statement
     r.token = queued.token;
@@ -283,10 +314,11 @@ class LockStatements {
   // again (a confirm is idempotent), never by adopting the row by its
   // token: until the confirm lands, the queue may still pass an offer on
   // after its deadline, and adopting it then would make two holders.
-  Attempt try_queued(QueuedWaiter& queued, time_point sent) {
+  template <class Announce>
+  Attempt try_queued(QueuedWaiter& queued, time_point sent, Announce announce) {
     for (int tries = 0; tries < 2; ++tries) {
       if (tries > 0) sent = clock_.now();
-      auto outcome = backend.try_acquire(queue_request(queued));
+      auto outcome = send_try(queue_request(queued), announce);
       if (!outcome) {
         if (outcome.error() != Errc::outcome_unknown)
           return Attempt::failed(with_context<void>(tl::unexpected(std::move(outcome.error()))).error());

@@ -84,16 +84,19 @@ class MutexState {
   Result<std::optional<LockRow>> inspect() { return io.inspect(); }
 
   // The statements under the I/O gate, then (the gate left) the book and the hooks.
-  PGMUTEX_ALWAYS_INLINE Result<guard_type> try_acquire() {
+  // `announce`: a campaign's (see LockStatements::try_acquire).
+  template <class Announce = NoAnnouncement>
+  PGMUTEX_ALWAYS_INLINE Result<guard_type> try_acquire(Announce announce = {}) {
     announce_if_expired();  // a grant held past its deadline is over: said so before a new one begins
-    return finish(io.try_acquire([this](time_point now) { return held_fence(now); }));
+    return finish(io.try_acquire([this](time_point now) { return held_fence(now); }, nullptr, announce));
   }
 
   // A queued waiter's try (detail/acquire_wait.hpp); `place_lost`: refused
   // because its place in the queue is gone.
-  Result<guard_type> try_acquire_queued(QueuedWaiter& queued, bool& place_lost) {
+  template <class Announce = NoAnnouncement>
+  Result<guard_type> try_acquire_queued(QueuedWaiter& queued, bool& place_lost, Announce announce = {}) {
     announce_if_expired();
-    auto attempt = io.try_acquire([this](time_point now) { return held_fence(now); }, &queued);
+    auto attempt = io.try_acquire([this](time_point now) { return held_fence(now); }, &queued, announce);
     place_lost = attempt.place_lost;
     return finish(std::move(attempt));
   }
@@ -110,6 +113,16 @@ class MutexState {
   // Tries until granted, timed out or stopped (detail/acquire_wait.hpp).
   Result<guard_type> acquire(std::optional<duration> timeout, std::stop_token stop) {
     return AcquireWait::run(*this, timeout, std::move(stop));
+  }
+
+  // A campaign (pgmutex/election.hpp): acquire(), each try carrying the
+  // value, so that the grant and its announcement are one statement
+  // (BackendElectsInOneStatement); `announcement.announced` says whether the
+  // grant returned was announced.
+  Result<guard_type> campaign(std::optional<duration> timeout, std::stop_token stop, GrantAnnouncement& announcement)
+    requires BackendElectsInOneStatement<B>
+  {
+    return AcquireWait::run(*this, timeout, std::move(stop), &announcement);
   }
 
   Result<void> release_current() {
@@ -148,6 +161,10 @@ class MutexState {
     return result;
   }
 
+  // `Vacate`: a leadership's resign, whose release statement also vacates
+  // the grant's term (BackendElectsInOneStatement); a lost lease's grant is
+  // released (and vacated) by its key all the same.
+  template <bool Vacate = false>
   PGMUTEX_ALWAYS_INLINE Result<void> release_grant(std::uint64_t which) {
     announce_if_expired();
     auto ended = book.end(which);
@@ -157,7 +174,7 @@ class MutexState {
     }
     // A pending wake-up stays: it finds nothing held and ends, and keeps
     // acquire/release cycles free of executor work.
-    Result<void> deleted = io.release(ended->grant);
+    Result<void> deleted = io.template release<Vacate>(ended->grant);
     if (deleted) [[likely]] {
       call_released(metrics, options.lock_name, options.instance_id);
       return {};

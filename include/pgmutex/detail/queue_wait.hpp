@@ -28,8 +28,10 @@ struct QueueWait {
   // missed by every path that should have sent it).
   static constexpr duration look_without_timeout = std::chrono::hours(1);
 
-  template <class State>
-  static Result<typename State::guard_type> run(State& s, std::optional<duration> timeout, std::stop_token stop) {
+  // `announce`: a campaign's (MutexState::campaign), passed to every try.
+  template <class State, class Announce = NoAnnouncement>
+  static Result<typename State::guard_type> run(State& s, std::optional<duration> timeout, std::stop_token stop,
+                                                Announce announce = {}) {
     using guard_type = typename State::guard_type;
     const auto start = s.clock.now();
     // How long the wait may still last; nullopt: no timeout.
@@ -43,7 +45,7 @@ struct QueueWait {
     };
     for (;;) {
       // A plain try: a free lock with nobody in line is taken at once.
-      auto attempt = s.try_acquire();
+      auto attempt = s.try_acquire(announce);
       if (!attempt && !transient(attempt.error())) return attempt;
       if (attempt && *attempt) return attempt;
       if (const auto l = left(); l && *l <= duration::zero()) {
@@ -64,7 +66,7 @@ struct QueueWait {
         if (sleep(s.options.poll_interval)) return guard_type(Errc::cancelled, std::move(attempt->holder_));
         continue;
       }
-      auto outcome = wait_in_line(s, *queued, std::move(*attempt), left, stop);
+      auto outcome = wait_in_line(s, *queued, std::move(*attempt), left, stop, announce);
       if (outcome) return std::move(*outcome);
       // The place was lost (an offer that lapsed, a sweep after a
       // reconnect): in line again, at the back.
@@ -83,10 +85,10 @@ struct QueueWait {
 
   // In line until granted (a guard), refused for good (an error, a timeout,
   // a cancellation: the place is left), or the place is lost (nullopt).
-  template <class State, class Left>
+  template <class State, class Left, class Announce>
   static std::optional<Result<typename State::guard_type>> wait_in_line(State& s, QueuedWaiter& queued,
                                                                         typename State::guard_type refused, Left& left,
-                                                                        std::stop_token& stop) {
+                                                                        std::stop_token& stop, Announce announce) {
     using guard_type = typename State::guard_type;
     auto leave = [&](Errc why) -> Result<guard_type> {
       (void)s.io.dequeue(queued);  // failed: the place lapses by itself (a dead connection, a handoff deadline)
@@ -96,7 +98,7 @@ struct QueueWait {
     for (;;) {
       if (try_now) {
         bool place_lost = false;
-        auto attempt = s.try_acquire_queued(queued, place_lost);
+        auto attempt = s.try_acquire_queued(queued, place_lost, announce);
         if (attempt && *attempt) return attempt;
         if (!attempt && !transient(attempt.error())) {
           (void)s.io.dequeue(queued);

@@ -150,6 +150,12 @@ class PostgresBackend {
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+  // One statement per transition (BackendElectsInOneStatement;
+  // backend_operations.cpp): a campaign's try, whose grant announces the
+  // value in the same statement, and a resign's release, which vacates the
+  // term in the same statement.
+  Result<AcquireResult> try_acquire(const AcquireRequest& request, GrantAnnouncement& announcement) noexcept;
+  Result<void> release_vacating(const HolderKey& key) noexcept;
   // An observer's wait (BackendWaitsForElections; election_waits.cpp): on
   // its own connection it LISTENs and waits in poll() with no statement;
   // over a pool or a transaction pooler it sleeps 500 ms and says resync.

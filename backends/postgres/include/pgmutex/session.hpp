@@ -120,6 +120,9 @@ class SessionBackend {
   Result<LeaderRecord> leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept;
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept;
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept;
+  // One statement per transition (BackendElectsInOneStatement).
+  Result<AcquireResult> try_acquire(const AcquireRequest& request, GrantAnnouncement& announcement) noexcept;
+  Result<void> release_vacating(const HolderKey& key) noexcept;
   // An observer's wait (BackendWaitsForElections): one LISTEN per election
   // on the session's connection, shared by every observer of it there; the
   // changes come in its NOTIFYs, so no statement per change.

@@ -127,6 +127,47 @@ class MemoryBackend {
     return out;
   }
 
+  // A campaign's try (BackendElectsInOneStatement): the rules of a try, and
+  // a grant it makes or confirms for itself announced under the same hold of
+  // the server (one transaction). It takes the queue's path (try_in_line),
+  // whose rules a plain try follows too when someone waits, so that the
+  // mutex's own path above stays as it was.
+  Result<AcquireResult> try_acquire(const AcquireRequest& request, GrantAnnouncement& announcement) noexcept {
+    announcement.announced = false;
+    if (auto valid = validate_election_value(request.lock.lock_name, announcement.value); !valid)
+      return tl::unexpected(valid.error());
+    server_->delay();
+    if (auto hung = server_->any_hung() ? server_->wait_if_hung(connection_, request.timeout) : std::nullopt)
+      return tl::unexpected(std::move(*hung));
+    detail::LightLock lock(server_->mutex_);
+    if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
+    auto found = row_for(request.lock);
+    if (!found) return tl::unexpected(std::move(found.error()));
+    const auto now = server_->now();
+    const std::uint64_t history = server_->history_.load(std::memory_order_relaxed);
+    const double grace_left =
+        history != 0 ? server_->failover_grace_left(*found->table, history, request.stale_threshold, now) : 0;
+    AcquireResult result;
+    try_in_line(request, *found, history, grace_left, now, result);
+    if (result.acquired) announce_grant(*found->row, *found->table, request.lock.lock_name, announcement);
+    if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
+    return result;
+  }
+
+ private:
+  // The grant just made (or confirmed) in `row` announces the campaign's
+  // value as its term's, as announce() would: a higher term is elected; a
+  // term the record already shows at or above it changes nothing, and the
+  // answer says it was not announced.
+  void announce_grant(const MemoryServer::Row& row, MemoryServer::Table& table, std::string_view lock_name,
+                      GrantAnnouncement& announcement) {
+    auto& e = table.elections.try_emplace(std::string(lock_name)).first->second;
+    if (detail::announce_term(e, row.fence, announcement.value, row.instance_id, row.holder_host, server_->now()))
+      server_->flush();
+    announcement.announced = e.term == row.fence && e.announced;
+  }
+
+ public:
   Result<void> heartbeat(const HolderKey& key) noexcept {
     last_durability_ = {};
     return on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table&) {
@@ -154,6 +195,18 @@ class MemoryBackend {
     return on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
       if (table.waiting != 0) [[unlikely]]
         return hand_off(row, table, key.lock);
+      row.present = false;
+      server_->flush();
+    });
+  }
+
+  // A leadership's resign (BackendElectsInOneStatement): release(), and
+  // the grant's term vacated if announced, under one hold of the server.
+  Result<void> release_vacating(const HolderKey& key) noexcept {
+    return on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
+      if (const auto e = table.elections.find(key.lock.lock_name); e != table.elections.end())
+        (void)detail::vacate_term(e->second, key.fence);
+      if (table.waiting != 0) return hand_off(row, table, key.lock);
       row.present = false;
       server_->flush();
     });
@@ -621,5 +674,7 @@ static_assert(BackendReportsSession<MemoryBackend>);
 static_assert(BackendReportsHistory<MemoryBackend>);
 static_assert(BackendPollsQueue<MemoryBackend>);
 static_assert(BackendShares<MemoryBackend>);
+static_assert(BackendKeepsElections<MemoryBackend>);
+static_assert(BackendElectsInOneStatement<MemoryBackend>);
 
 }  // namespace pgmutex
