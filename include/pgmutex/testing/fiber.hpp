@@ -93,39 +93,53 @@ pgmutex_fiber_switch:
 
 namespace pgmutex::detail {
 
+// A fiber's stack, with a guard page below it, and under TSan the state TSan
+// keeps for the thread that runs on it: TSan sees the bodies that ran on one
+// stack as one thread, which costs it nothing it could find (every switch
+// synchronizes, so one body's accesses all happen before the next one's).
+struct FiberStack {
+  std::byte* bottom = nullptr;
+  void* tsan_fiber = nullptr;
+};
+
 // Stacks, kept for the next fiber of this thread once one ends: a new
-// mapping and its first page faults cost tens of microseconds on a VM, and a
-// simulation starts fibers by the thousand. Each has a guard page below it.
+// mapping and its first page faults cost tens of microseconds on a VM (and
+// TSan's state for a new fiber a millisecond), and a simulation starts
+// fibers by the thousand.
 class FiberStacks {
  public:
   // Pages are committed as touched. The simulations' bodies reach 7 KiB at
   // -O2 and 31 KiB at -O0 under ASan.
   static constexpr std::size_t size = std::size_t{256} << 10;
 
-  static std::byte* take() {
-    std::vector<std::byte*>& kept = here().kept_;
+  static FiberStack take() {
+    std::vector<FiberStack>& kept = here().kept_;
     if (!kept.empty()) {
-      std::byte* bottom = kept.back();
+      const FiberStack stack = kept.back();
       kept.pop_back();
-      return bottom;
+      return stack;
     }
     const std::size_t guard = page();
     void* mapping = mmap(nullptr, guard + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (mapping == MAP_FAILED) throw std::bad_alloc();
     (void)mprotect(mapping, guard, PROT_NONE);  // an overflow faults here rather than writing past the stack
-    return static_cast<std::byte*>(mapping) + guard;
+    FiberStack stack{static_cast<std::byte*>(mapping) + guard};
+#if PGMUTEX_FIBER_TSAN
+    stack.tsan_fiber = __tsan_create_fiber(0);
+#endif
+    return stack;
   }
-  static void give_back(std::byte* bottom) noexcept {
-    std::vector<std::byte*>& kept = here().kept_;
+  static void give_back(FiberStack stack) noexcept {
+    std::vector<FiberStack>& kept = here().kept_;
     try {
-      if (kept.size() < 64) return kept.push_back(bottom);
+      if (kept.size() < 64) return kept.push_back(stack);
     } catch (...) {
     }
-    unmap(bottom);
+    unmap(stack);
   }
 
   ~FiberStacks() {
-    for (std::byte* bottom : kept_) unmap(bottom);
+    for (const FiberStack& stack : kept_) unmap(stack);
   }
 
  private:
@@ -134,9 +148,14 @@ class FiberStacks {
     return stacks;
   }
   static std::size_t page() noexcept { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
-  static void unmap(std::byte* bottom) noexcept { (void)munmap(bottom - page(), page() + size); }
+  static void unmap(const FiberStack& stack) noexcept {
+#if PGMUTEX_FIBER_TSAN
+    __tsan_destroy_fiber(stack.tsan_fiber);
+#endif
+    (void)munmap(stack.bottom - page(), page() + size);
+  }
 
-  std::vector<std::byte*> kept_;
+  std::vector<FiberStack> kept_;
 };
 
 class Fiber : public std::enable_shared_from_this<Fiber> {
@@ -148,7 +167,7 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
     // the address it returns to, the entry, whose own return address is
     // null (backtraces end there). The entry starts with the stack aligned
     // as after a call.
-    void** sp = reinterpret_cast<void**>(stack_ + FiberStacks::size);
+    void** sp = reinterpret_cast<void**>(stack_.bottom + FiberStacks::size);
     *--sp = nullptr;
     *--sp = reinterpret_cast<void*>(&Fiber::entry);
     for (int r = 0; r < 6; ++r) *--sp = nullptr;
@@ -159,16 +178,13 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
     context_ = sp;
 #else
     getcontext(&context_);
-    context_.uc_stack.ss_sp = stack_;
+    context_.uc_stack.ss_sp = stack_.bottom;
     context_.uc_stack.ss_size = FiberStacks::size;
     context_.uc_link = nullptr;
     makecontext(&context_, &Fiber::entry, 0);
 #endif
 #if PGMUTEX_FIBER_ASAN
-    __lsan_register_root_region(stack_, FiberStacks::size);
-#endif
-#if PGMUTEX_FIBER_TSAN
-    tsan_fiber_ = __tsan_create_fiber(0);
+    __lsan_register_root_region(stack_.bottom, FiberStacks::size);
 #endif
   }
   Fiber(const Fiber&) = delete;
@@ -177,10 +193,7 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
   // One never resumed to its end waits for ever, as a thread blocked for
   // ever would: its stack stays (what it refers to is not a leak).
   ~Fiber() {
-#if PGMUTEX_FIBER_TSAN
-    if (tsan_fiber_ != nullptr) __tsan_destroy_fiber(tsan_fiber_);
-#endif
-    if (stack_ != nullptr && (!started_ || ended_)) release_stack();
+    if (stack_.bottom != nullptr && (!started_ || ended_)) release_stack();
   }
 
   // The fiber running on this thread (inside its body), or null.
@@ -196,11 +209,11 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
     swap_thread_state();
 #if PGMUTEX_FIBER_ASAN
     void* fake_stack = nullptr;
-    __sanitizer_start_switch_fiber(&fake_stack, stack_, FiberStacks::size);
+    __sanitizer_start_switch_fiber(&fake_stack, stack_.bottom, FiberStacks::size);
 #endif
 #if PGMUTEX_FIBER_TSAN
     resumer_tsan_ = __tsan_get_current_fiber();
-    __tsan_switch_to_fiber(tsan_fiber_, 0);
+    __tsan_switch_to_fiber(stack_.tsan_fiber, 0);
 #endif
     jump(resumer_, context_);
 #if PGMUTEX_FIBER_ASAN
@@ -208,12 +221,7 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
 #endif
     swap_thread_state();
     current_ = outer;
-    if (ended_) {
-#if PGMUTEX_FIBER_TSAN
-      __tsan_destroy_fiber(std::exchange(tsan_fiber_, nullptr));
-#endif
-      release_stack();
-    }
+    if (ended_) release_stack();
   }
 
   // From the body: back to whoever resumed it, until resumed again.
@@ -282,10 +290,10 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
 
   void release_stack() noexcept {
 #if PGMUTEX_FIBER_ASAN
-    __lsan_unregister_root_region(stack_, FiberStacks::size);
-    __asan_unpoison_memory_region(stack_, FiberStacks::size);  // the entry's frame never returned
+    __lsan_unregister_root_region(stack_.bottom, FiberStacks::size);
+    __asan_unpoison_memory_region(stack_.bottom, FiberStacks::size);  // the entry's frame never returned
 #endif
-    FiberStacks::give_back(std::exchange(stack_, nullptr));
+    FiberStacks::give_back(std::exchange(stack_, FiberStack{}));
   }
 
   [[noreturn]] static void wrong_thread() noexcept {
@@ -296,7 +304,7 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
   static inline thread_local Fiber* current_ = nullptr;
 
   std::function<void()> body_;
-  std::byte* stack_;
+  FiberStack stack_;
   Context context_{};
   Context resumer_{};
   ThreadLocals locals_;
@@ -309,7 +317,6 @@ class Fiber : public std::enable_shared_from_this<Fiber> {
   std::size_t resumer_stack_size_ = 0;
 #endif
 #if PGMUTEX_FIBER_TSAN
-  void* tsan_fiber_ = nullptr;
   void* resumer_tsan_ = nullptr;
 #endif
 };
