@@ -39,10 +39,11 @@ namespace {
 constexpr int candidates = 4;
 constexpr int observers = 2;
 constexpr int steps = 60;
-// 2,000 in CI (two slices of 1,000 beside the mutex simulation's): a seed
-// costs about 14 ms, its candidates' threads handing over the baton, so
-// 100,000 would take 23 minutes of a core. PGMUTEX_SIM_SEEDS=100000 runs them.
-constexpr std::uint64_t default_election_seeds = 2000;
+// 100,000 in CI (two slices of 50,000 beside the mutex simulation's): a seed
+// costs about 0.32 ms at -O2, its ~1,700 switches between the candidates'
+// fibers included, so 32 s of a core. (While each candidate was an OS thread
+// handed a baton, a seed cost 14 ms and CI ran 2,000.)
+constexpr std::uint64_t default_election_seeds = 100000;
 
 Options member(const std::string& instance) {
   Options o{.lock_name = "leader", .instance_id = instance};
@@ -57,8 +58,14 @@ struct ElectionOutcome {
   int elected = 0;
   int reports = 0;
   int gaps = 0;
+  std::uint64_t trace = 0;  // every term won and every report, hashed: equal runs give equal traces
   std::string failure;
 };
+
+// FNV-1a over 64-bit words.
+void mix(std::uint64_t& trace, std::uint64_t word) {
+  for (int b = 0; b < 8; ++b) trace = (trace ^ ((word >> (8 * b)) & 0xff)) * 0x100000001b3;
+}
 
 ElectionOutcome simulate_election(std::uint64_t seed) {
   Prng root(seed);
@@ -195,10 +202,19 @@ ElectionOutcome simulate_election(std::uint64_t seed) {
   done = true;
   for (int rounds = 0; sim.executor().running() > 0 && rounds < 100; ++rounds) sim.advance(60s);
   if (sim.executor().running() > 0) fail("a candidate or observer never returned");
+  out.trace = 0xcbf29ce484222325;
+  for (const Fence t : won_terms) mix(out.trace, static_cast<std::uint64_t>(t));
   for (const auto& r : seen) {
     out.reports += static_cast<int>(r.size());
-    for (const auto& c : r) out.gaps += c.gap;
+    for (const auto& c : r) {
+      out.gaps += c.gap;
+      mix(out.trace, static_cast<std::uint64_t>(c.event));
+      mix(out.trace, static_cast<std::uint64_t>(c.term));
+      mix(out.trace, static_cast<std::uint64_t>(c.change));
+      mix(out.trace, c.gap);
+    }
   }
+  mix(out.trace, static_cast<std::uint64_t>(sim.now().time_since_epoch().count()));
   return out;
 }
 
@@ -222,4 +238,13 @@ TEST_CASE("random elections with partitions, pauses and restarts: one leader, ri
   CHECK(elected > static_cast<int>(seeds.size()));
   CHECK(reports > elected);
   if (seeds.size() > 100) CHECK(gaps > 0);
+}
+
+TEST_CASE("the same election seed replays the same run", "[sim][election]") {
+  const ElectionOutcome first = simulate_election(42);
+  const ElectionOutcome second = simulate_election(42);
+  CHECK(first.trace == second.trace);
+  CHECK(first.elected == second.elected);
+  CHECK(first.reports == second.reports);
+  CHECK(first.elected > 0);
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "pgmutex/detail/light_mutex.hpp"
+#include "pgmutex/detail/thread_locals.hpp"
 
 namespace pgmutex::detail {
 
@@ -16,7 +17,7 @@ namespace pgmutex::detail {
 class IoGate {
  public:
   PGMUTEX_ALWAYS_INLINE bool enter() noexcept {
-    const void* me = this_thread_tag();
+    const void* me = thread_identity();
     if (owner_.load(std::memory_order_relaxed) == me) [[unlikely]]
       return false;
     mutex_.lock();
@@ -34,14 +35,8 @@ class IoGate {
   }
 
  private:
-  // A per-thread address: what std::this_thread::get_id() tells, without a call.
-  PGMUTEX_ALWAYS_INLINE static const void* this_thread_tag() noexcept {
-    static thread_local const char tag = 0;
-    return &tag;
-  }
-
   LightMutex mutex_;
-  std::atomic<const void*> owner_{nullptr};  // compared only with the reader's own tag
+  std::atomic<const void*> owner_{nullptr};  // compared only with the reader's own thread_identity()
 };
 
 class [[nodiscard]] IoLock {

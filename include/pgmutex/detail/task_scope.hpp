@@ -7,6 +7,8 @@
 #include <atomic>
 #include <utility>
 
+#include "pgmutex/detail/thread_locals.hpp"
+
 namespace pgmutex::detail {
 
 class TaskScope {
@@ -40,10 +42,7 @@ class TaskScope {
   bool running_here() const noexcept { return current() == this; }
 
  private:
-  static const TaskScope*& current() noexcept {
-    static thread_local const TaskScope* scope = nullptr;
-    return scope;
-  }
+  static const TaskScope*& current() noexcept { return thread_locals().task_scope; }
 
   std::atomic<bool> closed_{false};
   std::atomic<int> running_{0};

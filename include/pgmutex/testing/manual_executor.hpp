@@ -4,9 +4,7 @@
 // own (spawn): its waits let the rest of the world run, one thread at a time.
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <thread>
 
 #include <cmath>
 #include <cstdint>
@@ -20,6 +18,7 @@
 #include <utility>
 
 #include "pgmutex/executor.hpp"
+#include "pgmutex/testing/fiber.hpp"
 #include "pgmutex/testing/manual_clock.hpp"
 
 namespace pgmutex::testing {
@@ -79,26 +78,23 @@ class ManualExecutor {
   // each of its waits (wait_for, wait_until, advance) hands the time line
   // back, so that other tasks and threads run meanwhile, and it goes on when
   // its wait is due (later, if its group is paused: a stopped process). Only
-  // one runs at a time, on its own OS thread: runs stay deterministic. The
-  // caller lets time pass until every spawned body returned (running()).
+  // one runs at a time, each a fiber on the advancing thread with a stack of
+  // its own, 256 KiB (testing/fiber.hpp): runs stay deterministic. The caller
+  // lets time pass until every spawned body returned (running()).
   void spawn(std::function<void()> body) {
-    auto fiber = std::make_shared<Fiber>();
-    ++state_->fibers;
-    post([state = state_, fiber, body = std::move(body)]() mutable {
-      fiber->thread = std::thread([state, fiber, body = std::move(body)] {
-        fiber->await_turn();
-        current_fiber() = fiber.get();
+    {
+      std::lock_guard lock(state_->mutex);
+      ++state_->fibers;
+    }
+    post([state = state_, body = std::move(body)]() mutable {
+      // Held by its pending wake-up while it waits; one left waiting when
+      // the world stopped waits for ever, as a thread would.
+      const auto fiber = std::make_shared<detail::Fiber>([state, body = std::move(body)] {
         body();
-        current_fiber() = nullptr;
-        {
-          std::lock_guard lock(state->mutex);
-          --state->fibers;
-        }
-        fiber->finish();
+        std::lock_guard lock(state->mutex);
+        --state->fibers;
       });
       fiber->resume();
-      if (fiber->done()) fiber->thread.join();
-      else fiber->thread.detach();  // joined by nobody: it ends on its own, or waits for a world that stopped
     });
   }
   // How many spawned bodies have not returned yet.
@@ -170,48 +166,12 @@ class ManualExecutor {
   }
 
  private:
-  // A spawned thread and the baton it shares with whoever resumed it: one
-  // atomic word, handed over with a futex wake and wait (C++20 atomic
-  // wait/notify). A mutex and condition variable cost several more context
-  // switches per hand-over (the woken side blocked again on the mutex), and
-  // a simulation hands over hundreds of times a seed.
-  // Whoever resumes it holds it; the fiber's thread holds it until it ends.
-  struct Fiber : std::enable_shared_from_this<Fiber> {
-    enum Turn : int { resumer = 0, fiber = 1, ended = 2 };
-    std::thread thread;
-    std::atomic<int> turn{resumer};
-    // The resumer: hands over, then waits until the fiber waits or ends.
-    void resume() {
-      hand_to(fiber);
-      wait_while(fiber);
-    }
-    // The fiber: hands back, then waits for its next turn.
-    void yield() {
-      hand_to(resumer);
-      wait_while(resumer);
-    }
-    void await_turn() { wait_while(resumer); }
-    void finish() { hand_to(ended); }
-    [[nodiscard]] bool done() const { return turn.load(std::memory_order_acquire) == ended; }
-
-   private:
-    void hand_to(Turn next) {
-      turn.store(next, std::memory_order_release);
-      turn.notify_all();
-    }
-    void wait_while(Turn current) {
-      while (turn.load(std::memory_order_acquire) == current) turn.wait(current, std::memory_order_acquire);
-    }
-  };
-  static Fiber*& current_fiber() noexcept {
-    static thread_local Fiber* fiber = nullptr;
-    return fiber;
-  }
+  static detail::Fiber* current_fiber() noexcept { return detail::Fiber::current(); }
   // In a spawned thread: the world runs for `d` (this handle's clock), then it goes on.
   void fiber_sleep(std::chrono::nanoseconds d) {
-    Fiber* fiber = current_fiber();
+    detail::Fiber* fiber = current_fiber();
     (void)schedule_after(d, [held = fiber->shared_from_this()] { held->resume(); });
-    fiber->yield();
+    fiber->suspend();
   }
 
   // The first task due by `until` (any time: nullopt) whose group is not
