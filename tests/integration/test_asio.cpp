@@ -748,7 +748,15 @@ TEST_CASE("AsioElection: async_campaign waits in line, async_proclaim, async_res
 
   successor.async_resign(asio::use_future).get();
   CHECK_FALSE(w.row());  // nobody in line: the cancelled campaign left no place
-  auto vacated = on_session.async_observe(asio::use_future).get();
+  // The last completion runs on the loop, not through use_future's system
+  // executor: a completion posted from pgmutex's pool to the system context
+  // signals its condition variable after queuing, which ThreadSanitizer saw
+  // race with that context's destruction at exit when it was the process's
+  // last operation. The loop is woken under its scheduler's lock (AsioExecutor).
+  std::promise<std::pair<error_code, pgmutex::LeaderChange>> heard;
+  on_session.async_observe([&](error_code ec, pgmutex::LeaderChange c) { heard.set_value({ec, std::move(c)}); });
+  auto [ec, vacated] = heard.get_future().get();
+  CHECK_FALSE(ec);
   CHECK(vacated.event == LeaderEvent::vacated);
   CHECK_FALSE(vacated.leader);
 }
