@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -38,6 +39,16 @@ Result<std::optional<Leader>> read_leader(State& s) {
   auto record = s.io.run([&](auto& backend) { return backend.leader(s.io.lock_ref(), s.options.stale_threshold); });
   if (!record) return tl::unexpected(std::move(record.error()));
   return leader_of(*record);
+}
+
+// The same if no statement of `s` is under way; nullopt at once if one is.
+template <class State>
+std::optional<Result<std::optional<Leader>>> try_read_leader(State& s) {
+  auto record =
+      s.io.try_run([&](auto& backend) { return backend.leader(s.io.lock_ref(), s.options.stale_threshold); });
+  if (!record) return std::nullopt;
+  if (!*record) return Result<std::optional<Leader>>(tl::unexpected(std::move(record->error())));
+  return Result<std::optional<Leader>>(leader_of(**record));
 }
 }  // namespace detail
 
@@ -127,7 +138,19 @@ class BasicElection {
 
   // Who leads now, in one statement; nullopt while nobody does (never
   // elected, resigned, or the leader's grant stale or taken over).
-  Result<std::optional<Leader>> leader(nothrow_t) { return detail::read_leader(*detail::AsyncAccess::state_of(mutex_)); }
+  // It never waits behind this object's own statements: while a campaign
+  // waits in line (its wait holds the object's connection), or while this
+  // object leads (a slow read must not delay its heartbeats), it reads on a
+  // backend of its own, made at the first such call (share(): the same pool
+  // or Session, else a connection of its own) and kept.
+  Result<std::optional<Leader>> leader(nothrow_t) {
+    auto* state = detail::AsyncAccess::state_of(mutex_);
+    if (!state->held_fence(state->clock.now()))
+      if (auto read = detail::try_read_leader(*state)) return std::move(*read);
+    auto reader = leader_reader();
+    if (!reader) return tl::unexpected(std::move(reader.error()));
+    return detail::read_leader(*detail::AsyncAccess::state_of(**reader));
+  }
   std::optional<Leader> leader() { return value_or_throw(leader(nothrow)); }
 
   // An observer of this election (pgmutex/observer.hpp) on another backend
@@ -162,7 +185,29 @@ class BasicElection {
 
   explicit BasicElection(mutex_type mutex) noexcept : mutex_(std::move(mutex)) {}
 
+  // leader()'s own backend, made once (under its lock: leader() may be
+  // called from several threads; one that cannot be made is tried again at
+  // the next call).
+  struct LeaderReader {
+    std::mutex made;
+    std::optional<mutex_type> mutex;
+  };
+  Result<mutex_type*> leader_reader() {
+    std::lock_guard lock(reader_->made);
+    if (!reader_->mutex) {
+      auto* state = detail::AsyncAccess::state_of(mutex_);
+      auto options = detail::options_for_lock(state->options, name());
+      if (!options) return tl::unexpected(std::move(options.error()));
+      auto made = mutex_type::create(detail::share_backend(state->io.backend), std::move(*options), state->clock,
+                                     state->metrics, state->executor);
+      if (!made) return tl::unexpected(std::move(made.error()));
+      reader_->mutex.emplace(std::move(*made));
+    }
+    return &*reader_->mutex;
+  }
+
   mutex_type mutex_;
+  std::unique_ptr<LeaderReader> reader_ = std::make_unique<LeaderReader>();
 };
 
 }  // namespace pgmutex

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -309,6 +310,36 @@ TEST_CASE("Election and SessionElection: campaign, leader(), proclaim, resign to
   auto vacated = follows.next(5s);
   REQUIRE(vacated);
   CHECK(vacated->event == pgmutex::LeaderEvent::vacated);
+}
+
+TEST_CASE("Election: leader() answers while the same object's campaign waits in line", "[election][api][reader]") {
+  // The wait in line holds the object's connection (it LISTENs there): a
+  // read through that connection would wait for the whole campaign.
+  const std::string table = fresh_table("election_reader");
+  pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
+  a.create_schema();
+  pgmutex::Election b(PostgresBackend(""), options(table, "primary", "b"));
+  auto lead = a.campaign("10.0.0.1:80", 5s);
+  REQUIRE(lead);
+  std::optional<pgmutex::Election::leadership_type> next;
+  std::thread waiter([&] { next = b.campaign("10.0.0.2:80", 10s); });
+  for (int i = 0; i < 100 && admin("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>() == 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  auto read = std::async(std::launch::async, [&] { return b.leader(pgmutex::nothrow); });
+  const bool answered = read.wait_for(5s) == std::future_status::ready;  // else only at the campaign's timeout
+  CHECK(answered);
+  auto seen = read.get();
+  INFO((seen ? std::string() : seen.error().message()));
+  REQUIRE(seen);
+  REQUIRE(*seen);
+  CHECK((*seen)->instance_id == "a");
+  CHECK((*seen)->term == lead.term());
+  CHECK(a.leader()->term == lead.term());  // the leader's own read, on its reader
+  lead.resign();
+  waiter.join();
+  REQUIRE(next);
+  REQUIRE(*next);
+  CHECK(b.leader()->term == next->term());
 }
 
 namespace {

@@ -170,6 +170,15 @@ TEST_CASE("BasicElection: campaign, term, leader(), proclaim, resign to the next
   Campaign cb;
   campaign_in(sim, b, cb, "10.0.0.2:80", 60s);
   CHECK_FALSE(cb.got);
+  // b.leader() while b waits in line (on Postgres that wait holds b's
+  // connection: integration_election's "[reader]" case shows it reads on
+  // another).
+  auto seen_by_b = b.leader(nothrow);
+  REQUIRE(seen_by_b);
+  REQUIRE(*seen_by_b);
+  CHECK((*seen_by_b)->instance_id == "a");
+  // So does the leader's own: a read never waits behind its heartbeats.
+  CHECK(lead.term() == a.leader()->term);
   const Fence first_term = lead.term();
   auto observer = sim.connection("observer");
   const auto before = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();

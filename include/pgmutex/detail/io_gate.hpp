@@ -24,6 +24,14 @@ class IoGate {
     owner_.store(me, std::memory_order_relaxed);
     return true;
   }
+  // Enters only if no thread is inside a statement: for a read that must
+  // not queue behind a long one (a wait in line holds the gate throughout).
+  PGMUTEX_ALWAYS_INLINE bool try_enter() noexcept {
+    const void* me = thread_identity();
+    if (owner_.load(std::memory_order_relaxed) == me || !mutex_.try_lock()) return false;
+    owner_.store(me, std::memory_order_relaxed);
+    return true;
+  }
   // A hint, stale as soon as read: some thread is inside a statement (or
   // entering one). A backend's I/O thread checks it before running a job that
   // would enter: a thread that holds the gate may be waiting for that very
@@ -39,9 +47,14 @@ class IoGate {
   std::atomic<const void*> owner_{nullptr};  // compared only with the reader's own thread_identity()
 };
 
+// IoLock's tag: enter only if the gate is free.
+struct TryEnter {};
+
 class [[nodiscard]] IoLock {
  public:
   PGMUTEX_ALWAYS_INLINE explicit IoLock(IoGate& gate) noexcept : gate_(gate), entered_(gate.enter()) {}
+  // Enters only if the gate is free (IoGate::try_enter).
+  PGMUTEX_ALWAYS_INLINE IoLock(IoGate& gate, TryEnter) noexcept : gate_(gate), entered_(gate.try_enter()) {}
   PGMUTEX_ALWAYS_INLINE ~IoLock() {
     if (entered_) gate_.leave();
   }

@@ -57,6 +57,16 @@ class LightMutex {
     if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire)) [[unlikely]]
       lock_contended();
   }
+  // Takes it only if nobody holds it; never waits.
+  PGMUTEX_ALWAYS_INLINE bool try_lock() noexcept {
+    if (single_threaded()) {
+      if (state_.load(std::memory_order_relaxed) != 0) return false;
+      state_.store(1, std::memory_order_relaxed);
+      return true;
+    }
+    int expected = 0;
+    return state_.compare_exchange_strong(expected, 1, std::memory_order_acquire);
+  }
   PGMUTEX_ALWAYS_INLINE void unlock() noexcept {
     if (single_threaded()) {  // then nobody can be waiting
       state_.store(0, std::memory_order_relaxed);

@@ -82,6 +82,15 @@ class LockStatements {
     return with_context(fn(backend));
   }
 
+  // run(fn) if no statement of this mutex is under way; nullopt at once if
+  // one is (a campaign waiting in line holds the gate for its whole wait).
+  template <class Fn>
+  auto try_run(Fn&& fn) -> std::optional<decltype(fn(backend))> {
+    IoLock io(gate_, TryEnter{});
+    if (!io) return std::nullopt;
+    return with_context(fn(backend));
+  }
+
   // One acquire (two tries when the first reply is lost and nothing landed).
   // `held_here(now)` says whether this object holds the lock already: asked
   // under the gate, before any statement.
