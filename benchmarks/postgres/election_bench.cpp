@@ -28,6 +28,8 @@
 //     (one LISTEN per Session, no connection per observer).
 //   election_bench [CHANGES [HANDOFFS [OBSERVERS [CYCLES [SESSION_OBSERVERS [SESSIONS]]]]]]
 //   (default 200 200 20 50 1000 10)
+//   election_bench --handoffs HANDOFFS ROUNDS: measurement 2 alone, in ROUNDS
+//   rounds (which side goes first alternates), with each round's ratio.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -361,16 +363,38 @@ void collect(const Turns& t, std::vector<double>& from_call, std::vector<double>
 
 void handoffs(const std::string& table, int handoffs, int rounds) {
   std::vector<double> e_call, e_return, e_dur, m_call, m_return, m_dur;
+  std::vector<double> round_ratios;  // each round's election p50 / mutex p50, from the call
   for (int r = 0; r < rounds; ++r) {
     const std::string lock = "handoff" + std::to_string(r);
-    const auto mt = take_turns<MutexParty>(table, lock + "m", handoffs / rounds,
-                                           [&](int id) { return std::make_unique<MutexParty>(table, lock + "m", id); });
-    collect(mt, m_call, m_return, m_dur);
-    const auto et = take_turns<ElectionParty>(table, lock + "e", handoffs / rounds,
-                                              [&](int id) { return std::make_unique<ElectionParty>(table, lock + "e", id); });
-    collect(et, e_call, e_return, e_dur);
+    const std::size_t m_before = m_call.size(), e_before = e_call.size();
+    // Which runs first alternates, so neither always follows the other.
+    const auto mutex_round = [&] {
+      const auto mt = take_turns<MutexParty>(table, lock + "m", handoffs / rounds,
+                                             [&](int id) { return std::make_unique<MutexParty>(table, lock + "m", id); });
+      collect(mt, m_call, m_return, m_dur);
+    };
+    const auto election_round = [&] {
+      const auto et = take_turns<ElectionParty>(
+          table, lock + "e", handoffs / rounds, [&](int id) { return std::make_unique<ElectionParty>(table, lock + "e", id); });
+      collect(et, e_call, e_return, e_dur);
+    };
+    if (r % 2 == 0) {
+      mutex_round();
+      election_round();
+    } else {
+      election_round();
+      mutex_round();
+    }
+    const std::vector<double> m(m_call.begin() + static_cast<std::ptrdiff_t>(m_before), m_call.end());
+    const std::vector<double> e(e_call.begin() + static_cast<std::ptrdiff_t>(e_before), e_call.end());
+    round_ratios.push_back(percentile(e, 0.5) / percentile(m, 0.5));
   }
   std::printf("2. handoff, 2 parties on own connections taking turns, %d rounds interleaved (mutex, election)\n", rounds);
+  std::printf("  rounds where resign -> successor p50 <= the mutex's handoff p50: %d of %d;"
+              " median of the rounds' ratios %.3f (min %.3f, max %.3f)\n",
+              static_cast<int>(std::count_if(round_ratios.begin(), round_ratios.end(), [](double x) { return x <= 1.0; })),
+              rounds, percentile(round_ratios, 0.5), *std::min_element(round_ratios.begin(), round_ratios.end()),
+              *std::max_element(round_ratios.begin(), round_ratios.end()));
   figure("resign_called_to_successor_us", e_call);
   figure("resign_returned_to_successor_us", e_return);
   figure("resign_call_us", e_dur);
@@ -514,8 +538,15 @@ void session_statements(const std::string& table, int sessions, int observers, i
 
 int main(int argc, char** argv) {
   try {
-    const int changes = argc > 1 ? std::stoi(argv[1]) : 200;
-    const int handoff_count = argc > 2 ? std::stoi(argv[2]) : 200;
+    // election_bench --handoffs HANDOFFS ROUNDS: measurement 2 alone.
+    const bool handoffs_only = argc > 1 && std::string(argv[1]) == "--handoffs";
+    if (handoffs_only) {
+      argv += 1;
+      argc -= 1;
+    }
+    const int rounds = handoffs_only && argc > 2 ? std::stoi(argv[2]) : 4;
+    const int changes = argc > 1 && !handoffs_only ? std::stoi(argv[1]) : 200;
+    const int handoff_count = handoffs_only ? (argc > 1 ? std::stoi(argv[1]) : 200) : (argc > 2 ? std::stoi(argv[2]) : 200);
     const int observers = argc > 3 ? std::stoi(argv[3]) : 20;
     const int cycles = argc > 4 ? std::stoi(argv[4]) : 50;
     const int session_observers = argc > 5 ? std::stoi(argv[5]) : 1000;
@@ -536,9 +567,13 @@ int main(int argc, char** argv) {
       pqxx::nontransaction tx(admin);
       tx.exec("GRANT SELECT ON " + table + "_queue TO " + reader_role);
     }
+    if (handoffs_only) {  // measurement 2 alone, in ROUNDS rounds
+      handoffs(table, handoff_count, rounds);
+      return 0;
+    }
     observer_latency(table, changes);
     std::fflush(stdout);
-    handoffs(table, handoff_count, 4);
+    handoffs(table, handoff_count, rounds);
     std::fflush(stdout);
     statements(table, observers, cycles);
     std::fflush(stdout);

@@ -674,3 +674,34 @@ TEST_CASE("async_singleton: waiting per the WaitPolicy, a timeout, and a cancell
     CHECK(w.row()->instance_id == "b");
   }
 }
+
+TEST_CASE("async_campaign: the try that grants announces (one operation); a lost race waits, then leads",
+          "[asio][election]") {
+  using AsioMemoryElection = BasicElection<MemoryBackend, SteadyClock, NoMetrics, AsioExecutor>;
+  World w;
+  AsioMemoryElection first{MemoryBackend(w.server, "a"), opts("a"), {}, {}, AsioExecutor(w.io.get_executor())};
+  AsioMemoryElection second{MemoryBackend(w.server, "b"), opts("b"), {}, {}, AsioExecutor(w.io.get_executor())};
+  const LockRef lock{"mutex_lock", "asio-job"};
+  MemoryBackend reader(w.server, "reader");
+
+  const auto before = w.server->operations();
+  auto lead = first.async_campaign("a-1", 1s, asio::use_future).get();
+  REQUIRE(lead);
+  CHECK(w.server->operations() - before == 1);  // the grant and its announcement: one operation
+  const auto elected = reader.leader(lock, 60s).value();
+  CHECK(elected.leading());
+  CHECK(elected.term == lead.term());
+  CHECK(elected.value == "a-1");
+
+  auto waiting = second.async_campaign("b-1", 10s, asio::use_future);
+  CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+  lead.resign();
+  auto next = waiting.get();
+  REQUIRE(next);
+  CHECK(next.term() > elected.term);
+  const auto now = reader.leader(lock, 60s).value();
+  CHECK(now.leading());
+  CHECK(now.term == next.term());
+  CHECK(now.value == "b-1");
+  CHECK(now.change == elected.change + 2);  // vacated, then elected: announced once
+}

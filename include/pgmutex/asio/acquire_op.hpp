@@ -36,6 +36,8 @@
 #include "pgmutex/asio/error.hpp"
 #include "pgmutex/asio/statements.hpp"
 #include "pgmutex/backend.hpp"
+#include "pgmutex/backend_election.hpp"
+#include "pgmutex/leadership.hpp"
 #include "pgmutex/detail/queue_wait.hpp"
 
 namespace pgmutex::asio_detail {
@@ -50,10 +52,14 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
   static constexpr bool queues = BackendQueuesAsynchronously<Backend>;
 
  public:
+  // `announce`: an async campaign's (asio/election_ops.hpp), kept alive by
+  // the handler: every try carries its value, so that the grant and its
+  // announcement are one statement, and announce->announced says whether
+  // the grant the handler gets was announced.
   AcquireOp(Mutex mutex, Handler handler, const boost::asio::any_io_executor& loop,
-            std::optional<std::chrono::nanoseconds> timeout)
+            std::optional<std::chrono::nanoseconds> timeout, GrantAnnouncement* announce = nullptr)
       : mutex_(std::move(mutex)), completion_(std::move(handler), loop), poll_timer_(std::in_place, loop),
-        deadline_(std::in_place, loop), timeout_(timeout) {}
+        deadline_(std::in_place, loop), timeout_(timeout), announce_(announce) {}
 
   void start() {
     auto self = this->shared_from_this();
@@ -107,6 +113,14 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     std::optional<WatchRequest> line_watch;  // a queued waiter's, from the try's answer
     std::optional<Error> refused_place;      // an enqueue that failed for good (a privilege, the schema)
     Result<Guard> got = [&] {
+      if constexpr (BackendElectsInOneStatement<Backend>) {
+        if (announce_ != nullptr) {
+          if constexpr (queues) {
+            if (queued_) return state->try_acquire_queued(*queued_, place_lost, announce_);
+          }
+          return state->try_acquire(announce_);
+        }
+      }
       if constexpr (queues) {
         if (queued_) return state->try_acquire_queued(*queued_, place_lost);
       }
@@ -133,7 +147,9 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
     if (cancelled_) {
       if (got && *got) {
         lock.unlock();
-        (void)got->release(nothrow);  // won as the cancellation came: leave no row behind
+        // Won as the cancellation came: leave no row behind, nor a term announced.
+        if (announce_ != nullptr && announce_->announced) (void)detail::ElectionAccess::release_vacating(*got);
+        else (void)got->release(nothrow);
         lock.lock();
       }
       return leave_then_finish(lock);
@@ -311,6 +327,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Mutex, Handler>>
   std::optional<boost::asio::steady_timer> poll_timer_;
   std::optional<boost::asio::steady_timer> deadline_;
   std::optional<std::chrono::nanoseconds> timeout_;
+  GrantAnnouncement* announce_;  // a campaign's, or null
   std::optional<WatchId> watch_;
   std::optional<HolderInfo> holder_;  // who held it at the last try
   std::optional<Error> last_error_;   // the last try's error if it failed, or a refused enqueue's

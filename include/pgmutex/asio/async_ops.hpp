@@ -87,17 +87,19 @@ auto async_try_acquire(Mutex& mutex, Token&& token) {
       token, Access::share(mutex));
 }
 
+// `announce`: an async campaign's (AcquireOp's constructor), or null.
 template <class Mutex, class Token>
-auto async_acquire(Mutex& mutex, std::optional<std::chrono::nanoseconds> timeout, Token&& token) {
+auto async_acquire(Mutex& mutex, std::optional<std::chrono::nanoseconds> timeout, Token&& token,
+                   GrantAnnouncement* announce = nullptr) {
   using Guard = typename Mutex::guard_type;
   return boost::asio::async_initiate<Token, GuardSignature<Guard>>(
-      [](auto handler, Mutex shared, std::optional<std::chrono::nanoseconds> limit) {
+      [](auto handler, Mutex shared, std::optional<std::chrono::nanoseconds> limit, GrantAnnouncement* announce) {
         const auto loop = loop_of(*Access::state_of(shared));
         auto op = std::make_shared<AcquireOp<Mutex, decltype(handler)>>(std::move(shared), std::move(handler), loop,
-                                                                         limit);
+                                                                         limit, announce);
         op->start();
       },
-      token, Access::share(mutex), timeout);
+      token, Access::share(mutex), timeout, announce);
 }
 
 // The grant leaves the user's guard now (moved into the operation), as

@@ -11,8 +11,9 @@
 //
 // A campaign is the mutex's async_acquire (its queue, its timeout, its
 // cancellation: a cancelled campaign leaves no row and no place behind),
-// then the announce where statements run; an empty leadership (the timeout
-// passed) is an answer, as the blocking campaign's. An observer's wait
+// whose tries carry the value: the statement that grants announces, as the
+// blocking campaign's; an empty leadership (the timeout passed) is an
+// answer, as the blocking campaign's. An observer's wait
 // holds a thread of the I/O pool while it waits (it is the blocking next(),
 // stopped by the cancellation slot); a change it has taken is never
 // dropped by a cancellation that comes with it: the handler gets the change.
@@ -41,6 +42,16 @@ namespace pgmutex::asio_detail {
 
 using Elections = detail::ElectionAccess;
 
+// An async campaign's value and the announcement its tries carry (a view of
+// the value: the two live together).
+struct Campaign {
+  explicit Campaign(std::string v) : value(std::move(v)) { announcement.value = value; }
+  Campaign(const Campaign&) = delete;
+  Campaign& operator=(const Campaign&) = delete;
+  std::string value;
+  GrantAnnouncement announcement;
+};
+
 template <class Election, class Token>
 auto async_campaign(Election& election, std::string value, std::optional<std::chrono::nanoseconds> timeout,
                     Token&& token) {
@@ -60,16 +71,27 @@ auto async_campaign(Election& election, std::string value, std::optional<std::ch
         // statement, which cannot be interrupted).
         auto slot = boost::asio::get_associated_cancellation_slot(handler);
         auto done = std::make_shared<Completion<Handler>>(std::move(handler), loop);
-        auto elect = [done, value = std::move(value)](boost::system::error_code ec, Guard guard) mutable {
+        // Every try carries the value (the acquire's op keeps `campaign`
+        // alive through `elect`): the statement that grants announces.
+        auto campaign = std::make_shared<Campaign>(std::move(value));
+        GrantAnnouncement* announce = &campaign->announcement;
+        auto elect = [done, campaign](boost::system::error_code ec, Guard guard) mutable {
           auto* state = Access::guard_state(guard);
           if (ec || state == nullptr) return done->complete(ec, Elections::not_elected<Leadership>(std::move(guard)));
-          run_statements_of(state, [done, value = std::move(value), guard = std::move(guard)]() mutable {
-            auto took = Elections::take_office<Leadership>(std::move(guard), std::move(value));
+          if (campaign->announcement.announced) {
+            state->book.note_announced(Access::generation(guard), campaign->value);  // as the blocking campaign
+            return done->complete(boost::system::error_code(),
+                                  Elections::elected<Leadership>(std::move(guard), std::move(campaign->value)));
+          }
+          // Granted, not shown announced (a lost reply, the grant adopted):
+          // one more statement, as the blocking campaign.
+          run_statements_of(state, [done, campaign, guard = std::move(guard)]() mutable {
+            auto took = Elections::take_office<Leadership>(std::move(guard), std::move(campaign->value));
             if (took) done->complete(boost::system::error_code(), std::move(*took));
             else done->complete(to_error_code(took.error()), Leadership());
           });
         };
-        async_acquire(shared, limit, boost::asio::bind_cancellation_slot(slot, std::move(elect)));
+        async_acquire(shared, limit, boost::asio::bind_cancellation_slot(slot, std::move(elect)), announce);
       },
       token, Access::share(Elections::mutex_of(election)), std::move(value), timeout);
 }
