@@ -130,6 +130,13 @@ TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to obse
   auto refused = backend.announce(stranger, "evil");
   REQUIRE_FALSE(refused);
   CHECK(refused.error() == Errc::lock_not_held);
+  // In term_refused's words, as MemoryBackend says it (tests/unit/test_election.cpp).
+  CHECK(refused.error().detail == "lock 'leader': cannot announce: instance 'a' no longer holds the lock under fence " +
+                                      std::to_string(a.fence) +
+                                      " (its grant ended: released, taken over, or past its lease)");
+  CHECK(backend.vacate(stranger).error().detail ==
+        "lock 'leader': cannot vacate: instance 'a' no longer holds the lock under fence " + std::to_string(a.fence) +
+            " (its grant ended: released or taken over)");
   CHECK(backend.leader(LockRef{table, "leader"}, 60s)->value == "10.0.0.1:81");
 
   // Resign: vacate, then release. A vacate tried again (a lost reply) is done already.
@@ -144,6 +151,8 @@ TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to obse
   auto late = backend.announce(a, "10.0.0.1:82");
   REQUIRE_FALSE(late);
   CHECK(late.error() == Errc::lock_not_held);
+  CHECK(late.error().detail ==
+        "lock 'leader': cannot announce: term " + std::to_string(a.fence) + " was vacated (a resign is under way)");
   REQUIRE(backend.release(a));
 
   // The successor's term is higher; the count goes on.
