@@ -112,9 +112,23 @@ struct ElectionRow {
 // the lock and the rule.
 [[nodiscard]] Result<void> validate_election_value(std::string_view lock_name, std::string_view value);
 
+// Why the holder of `key` could not `what` ("announce", "vacate"): its
+// Errc::lock_not_held, worded once so that every backend says the same (the
+// user reads it, whichever backend runs the tests). `held`: whether the key
+// still held the lock; `record`: the election row as the statement left it.
+// Three cases: the key no longer holds the lock (released, taken over, or,
+// for an announce, past its lease); its term was vacated (a resign under
+// way); a higher term is recorded than the grant's fence, which only a fence
+// sequence that restarted below the election's terms can cause, so the text
+// names both numbers and the repair.
+[[nodiscard]] tl::unexpected<Error> term_refused(const HolderKey& key, std::string_view what, bool held,
+                                                 const LeaderRecord& record);
+
 // A backend that keeps elections: who leads (one read), and the holder's
 // announcements. announce and vacate answer Errc::lock_not_held when the key
-// does not hold the lock (its term is over), and change nothing then.
+// does not hold the lock (its term is over), and change nothing then; an
+// announce also when its term was vacated or a higher one is recorded
+// (term_refused says which).
 template <class B>
 concept BackendKeepsElections = requires(B& b, const HolderKey& key, std::string_view value, LockRef lock,
                                          std::chrono::nanoseconds stale_threshold) {

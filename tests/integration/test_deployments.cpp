@@ -552,3 +552,39 @@ TEST_CASE("a role granted only the lock may run locks; a campaign it may not run
   REQUIRE(lead);
   CHECK(election.leader()->value == "10.0.0.1:80");
 }
+
+// Review finding 8: create_schema moves the fence sequence past the terms an
+// election table kept, which takes UPDATE on the sequence. A role that may
+// create in the schema but not setval is refused, told why and what to run,
+// rather than left to campaigns that are each refused.
+TEST_CASE("create_schema by a role that may not move a reset fence sequence says so and what to run",
+          "[privilege][election]") {
+  const std::string schema = fresh_table("reset_s");
+  admin("CREATE SCHEMA " + schema);
+  const std::string table = schema + ".locks";
+  REQUIRE(PostgresBackend("").create_schema(table));
+  {
+    pgmutex::Election owner(PostgresBackend(""), options(table, "primary", "owner"));
+    owner.campaign("first", 5s).resign();
+  }
+  admin("UPDATE " + table + "_election SET term = term + 1000");  // as a reset of the sequence leaves it
+  const std::string role = fresh_role("reset_role");
+  admin("GRANT USAGE, CREATE ON SCHEMA " + schema + " TO " + role);
+  grant_least(table, role);
+  admin("GRANT SELECT, INSERT, UPDATE ON " + table + "_election TO " + role);
+
+  auto refused = PostgresBackend("user=" + role).create_schema(table);
+  REQUIRE_FALSE(refused);
+  INFO(refused.error().message());
+  CHECK_THAT(refused.error().message(),
+             Catch::Contains("records terms above the fences its sequence") &&
+                 Catch::Contains("have the owner of the sequence run create_schema() (pgmutex schema), or run: SELECT "
+                                 "setval("));
+
+  REQUIRE(PostgresBackend("").create_schema(table));  // the owner's moves it
+  REQUIRE(PostgresBackend("user=" + role).create_schema(table));  // and then there is nothing to move
+  pgmutex::Election election(PostgresBackend("user=" + role), options(table, "primary", "a"));
+  auto lead = election.campaign("after", 5s);
+  REQUIRE(lead);
+  CHECK(election.leader()->value == "after");
+}

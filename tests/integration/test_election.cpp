@@ -131,6 +131,13 @@ TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to obse
   auto refused = backend.announce(stranger, "evil");
   REQUIRE_FALSE(refused);
   CHECK(refused.error() == Errc::lock_not_held);
+  // In term_refused's words, as MemoryBackend says it (tests/unit/test_election.cpp).
+  CHECK(refused.error().detail == "lock 'leader': cannot announce: instance 'a' no longer holds the lock under fence " +
+                                      std::to_string(a.fence) +
+                                      " (its grant ended: released, taken over, or past its lease)");
+  CHECK(backend.vacate(stranger).error().detail ==
+        "lock 'leader': cannot vacate: instance 'a' no longer holds the lock under fence " + std::to_string(a.fence) +
+            " (its grant ended: released or taken over)");
   CHECK(backend.leader(LockRef{table, "leader"}, 60s)->value == "10.0.0.1:81");
 
   // Resign: vacate, then release. A vacate tried again (a lost reply) is done already.
@@ -145,6 +152,8 @@ TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to obse
   auto late = backend.announce(a, "10.0.0.1:82");
   REQUIRE_FALSE(late);
   CHECK(late.error() == Errc::lock_not_held);
+  CHECK(late.error().detail ==
+        "lock 'leader': cannot announce: term " + std::to_string(a.fence) + " was vacated (a resign is under way)");
   REQUIRE(backend.release(a));
 
   // The successor's term is higher; the count goes on.
@@ -172,6 +181,81 @@ TEST_CASE("announce, proclaim, vacate: keyed by the grant, counted, told to obse
     CHECK(n->since_us > 0);
   }
   CHECK_FALSE(pgmutex::postgres_detail::election_notice_of("o:1:2:3"));  // a queue's offer is none
+}
+
+// Review finding 8: the election table does not depend on the lock table,
+// so dropping the lock table and its sequence and making them again would
+// restart fences below the recorded terms. An announce then says so, naming
+// both numbers; create_schema moves the sequence past the terms, and a
+// campaign wins and is announced again.
+TEST_CASE("a fence sequence reset under a surviving election table: named, and repaired by create_schema",
+          "[election][sql]") {
+  const std::string table = fresh_table("election_reset");
+  {
+    pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
+    a.create_schema();
+    auto lead = a.campaign("before", 5s);
+    REQUIRE(lead);
+    lead.resign();
+  }
+  const Fence recorded = admin("SELECT term FROM " + table + "_election")[0][0].as<Fence>();
+
+  // A record above the grant's fence (as a reset leaves it): the announce names both numbers.
+  PostgresBackend backend("");
+  admin("UPDATE " + table + "_election SET term = term + 1000");
+  const HolderKey low = hold(backend, table, "primary", "low", 51);
+  auto refused = backend.announce(low, "v");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == Errc::lock_not_held);
+  INFO(refused.error().detail);
+  CHECK(refused.error().detail.starts_with("lock 'primary': cannot announce: the election table records term " +
+                                           std::to_string(recorded + 1000) + " above this grant's fence " +
+                                           std::to_string(low.fence) + " (the fence sequence was reset"));
+  REQUIRE(backend.release(low));
+  {
+    // A campaign gets the same words, once prefixed, and leaves the lock to the next.
+    pgmutex::Election b(PostgresBackend(""), options(table, "primary", "b"));
+    auto lost = b.campaign(pgmutex::nothrow, "b", 5s);
+    REQUIRE_FALSE(lost);
+    INFO(lost.error().detail);
+    CHECK(lost.error().detail.starts_with("lock 'primary': cannot announce: the election table records term " +
+                                          std::to_string(recorded + 1000) + " above this grant's fence "));
+    CHECK(admin("SELECT count(*) FROM " + table)[0][0].as<int>() == 0);
+  }
+  make(backend, table);  // moves the sequence past the terms
+  const HolderKey next = hold(backend, table, "primary", "next", 52);
+  CHECK(next.fence > recorded + 1000);
+  auto elected = backend.announce(next, "after the repair");
+  INFO((elected ? std::string() : elected.error().detail));
+  REQUIRE(elected);
+  CHECK(elected->term == next.fence);
+  REQUIRE(backend.vacate(next));
+  REQUIRE(backend.release(next));
+  const Fence top = admin("SELECT term FROM " + table + "_election")[0][0].as<Fence>();
+
+  // The reset itself: the lock table and its sequence dropped, the election
+  // table kept; create_schema makes them again, past the terms.
+  admin("DROP TABLE " + table);
+  admin("DROP SEQUENCE " + table + "_fence_seq");
+  {
+    pgmutex::Election c(PostgresBackend(""), options(table, "primary", "c"));
+    c.create_schema();
+    auto lead = c.campaign("after the reset", 5s);
+    REQUIRE(lead);
+    CHECK(lead.term() > top);
+    auto now = c.leader();
+    REQUIRE(now);
+    CHECK(now->term == lead.term());
+    CHECK(now->value == "after the reset");
+    lead.resign();
+  }
+  // A healthy schema is left as it is: create_schema again moves nothing.
+  const auto sequence_now = [&] {
+    return admin("SELECT last_value FROM " + table + "_fence_seq")[0][0].as<long long>();
+  };
+  const long long before = sequence_now();
+  make(backend, table);
+  CHECK(sequence_now() == before);
 }
 
 TEST_CASE("who leads: a term whose grant went stale or was taken over leads no more", "[election][sql]") {

@@ -98,6 +98,49 @@ TEST_CASE("MemoryBackend elections: a stale or taken-over term leads no more", "
   CHECK(w.b.vacate(a).error() == Errc::lock_not_held);
 }
 
+// Review finding 9: a refused announce or vacate says which of three things
+// happened, in term_refused's words, which the Postgres backend uses too
+// (tests/integration/test_election.cpp).
+TEST_CASE("MemoryBackend elections: a refusal says why: the grant ended, the term was vacated, a higher term recorded",
+          "[memory][election]") {
+  World w;
+  const HolderKey a = w.hold("a", 41);
+  const std::string fence = std::to_string(a.fence);
+  REQUIRE(w.b.announce(a, "x"));
+
+  HolderKey stranger = a;
+  stranger.token = 42;
+  CHECK(w.b.announce(stranger, "evil").error().detail ==
+        "lock 'leader': cannot announce: instance 'a' no longer holds the lock under fence " + fence +
+            " (its grant ended: released, taken over, or past its lease)");
+  CHECK(w.b.vacate(stranger).error().detail == "lock 'leader': cannot vacate: instance 'a' no longer holds the lock "
+                                               "under fence " + fence + " (its grant ended: released or taken over)");
+
+  REQUIRE(w.b.vacate(a));
+  auto late = w.b.announce(a, "y");
+  CHECK(late.error() == Errc::lock_not_held);
+  CHECK(late.error().detail == "lock 'leader': cannot announce: term " + fence + " was vacated (a resign is under way)");
+
+  // Past its lease the key holds nothing, though its row is still there.
+  REQUIRE(w.b.release(a));
+  const HolderKey b = w.hold("b", 43);
+  w.clock.advance(61s);
+  CHECK(w.b.announce(b, "z").error().detail ==
+        "lock 'leader': cannot announce: instance 'b' no longer holds the lock under fence " + std::to_string(b.fence) +
+            " (its grant ended: released, taken over, or past its lease)");
+
+  // A record above the grant's fence: only a fence sequence reset makes one
+  // (on Postgres); the text names both numbers and the repair.
+  LeaderRecord above;
+  above.term = a.fence + 100;
+  const Result<LeaderRecord> higher = term_refused(a, "announce", true, above);
+  CHECK(higher.error() == Errc::lock_not_held);
+  CHECK(higher.error().detail.starts_with("lock 'leader': cannot announce: the election table records term " +
+                                          std::to_string(a.fence + 100) + " above this grant's fence " + fence +
+                                          " (the fence sequence was reset"));
+  CHECK(higher.error().detail.find("run create_schema()") != std::string::npos);
+}
+
 TEST_CASE("MemoryBackend elections: the value's bound, and a failover keeps what was replicated", "[memory][election]") {
   World w;
   const HolderKey a = w.hold("a", 41);
@@ -282,6 +325,23 @@ TEST_CASE("BasicElection: a leader paused past its lease cannot proclaim, even w
   const auto after = observer.leader(LockRef{"mutex_lock", "primary"}, 600s).value();
   CHECK_FALSE(after.announced);
   CHECK(after.change == before.change + 1);
+}
+
+// Review finding 9: a backend's refusal already names the lock; the mutex's
+// statements add the name only to a text that lacks it.
+TEST_CASE("BasicElection: a refused proclaim names the lock once", "[election][api]") {
+  testing::Simulation sim;
+  auto a = sim.election(candidate("a"));
+  a.create_schema();
+  auto lead = a.campaign("a", 1s);
+  REQUIRE(lead);
+  REQUIRE(sim.connection("admin").force_release(LockRef{"mutex_lock", "primary"}));  // behind the leader's back
+  auto late = lead.proclaim(nothrow, "after the force");
+  REQUIRE_FALSE(late);
+  CHECK(late.error() == Errc::lock_not_held);
+  CHECK(late.error().detail == "lock 'primary': cannot announce: instance 'a' no longer holds the lock under fence " +
+                                   std::to_string(lead.term()) +
+                                   " (its grant ended: released, taken over, or past its lease)");
 }
 
 // Review finding 1: a proclaim commits in a transaction of its own, so a

@@ -40,12 +40,6 @@ void read_lock_row(const Rows& rows, std::size_t c, LeaderRecord& out, std::size
   out.stale_after_s = double_at(rows, c + 3, r);
 }
 
-tl::unexpected<Error> term_over(const HolderKey& key, std::string_view what) {
-  return fail(Errc::lock_not_held, lock_context(key.lock) + ": cannot " + std::string(what) + ": instance '" +
-                                       std::string(key.instance_id) + "' no longer holds term " +
-                                       std::to_string(key.fence) + " (its grant ended)");
-}
-
 }  // namespace
 
 Result<LeaderRecord> PostgresBackend::leader(LockRef lock, std::chrono::nanoseconds stale_threshold) noexcept {
@@ -114,8 +108,9 @@ Result<LeaderRecord> PostgresBackend::announce(const HolderKey& key, std::string
   auto record = keyed_statement(*impl_, key, "announce the leader of", &TableStatements::announce,
                                 {std::string(value)}, held);
   if (!record) return record;
-  // Held, but its term vacated already (a resign under way): over, too.
-  if (!held || record->term != key.fence || !record->announced) return term_over(key, "announce");
+  // Held, but its term vacated already (a resign under way), or a higher
+  // term recorded (a fence sequence reset): refused all the same.
+  if (!held || record->term != key.fence || !record->announced) return term_refused(key, "announce", held, *record);
   record->lock_fence = key.fence;
   record->lock_live = true;
   return record;
@@ -127,7 +122,7 @@ Result<LeaderRecord> PostgresBackend::vacate(const HolderKey& key) noexcept {
   auto record = keyed_statement(*impl_, key, "vacate the leadership of", &TableStatements::vacate, {}, held);
   if (!record) return record;
   // Vacated now, or by an earlier try whose reply was lost, or never announced: done.
-  if (!held) return term_over(key, "vacate");
+  if (!held) return term_refused(key, "vacate", held, *record);
   record->lock_fence = key.fence;
   record->lock_live = true;
   return record;

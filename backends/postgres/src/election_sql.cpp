@@ -140,6 +140,56 @@ std::string create_election_sql(std::string_view table) {
          ") WITH (fillfactor = 50);\n";
 }
 
+// A term is the fence of the grant that announced it, and a fence is the
+// sequence's next value plus (timeline - 1) << 40 (sql.cpp's fence_value).
+// The election table does not depend on the lock table: dropping the lock
+// table and its sequence and making them again restarts fences below the
+// terms it kept, and every announce would then be refused (the record's term
+// is higher: term_refused) while the candidates take turns at the lock. So
+// create_schema moves the sequence to max(term) - (timeline_now - 1) << 40:
+// the next fence, that value plus one plus the same offset, is max(term) + 1.
+// A term of an earlier timeline asks for nothing (the value it needs is
+// below the sequence's); one of a later timeline than now (an election table restored
+// into a new cluster) puts the sequence above 2^40, which is harmless: what
+// keeps a promoted standby's fences above the old primary's is that its
+// sequence lags by less than 2^40, not the sequence's size.
+//
+// setval is not nextval: a grant taking a value between the read and the
+// setval would see the sequence move back under it, and a fence be granted
+// twice. Every nextval of the sequence is made by a statement writing the
+// lock table, so the move happens under LOCK TABLE ... SHARE ROW EXCLUSIVE
+// (which every writer's ROW EXCLUSIVE waits for) and is read again there. It
+// is taken only when a move is due: a create_schema of a healthy schema stalls
+// no heartbeat. It runs before the queue's DDL (create_schema_sql): an
+// upgrade there locks the queue table, which a grant holding the lock table
+// may be waiting for. A role that may not read the election table or the sequence
+// skips the step (an announce then names the repair); one that may read but
+// may not setval is refused with the statement its owner can run.
+std::string fences_past_terms_sql(std::string_view table) {
+  const std::string t = quote_table(table);
+  const std::string e = literal(quoted_election(table));
+  const std::string seq = literal(quoted_sequence(table));
+  const std::string needed_sql =
+      "(SELECT max(term) FROM " + quoted_election(table) + ") - ((" + std::string(timeline_value) + " - 1) << 40)";
+  const std::string last = "coalesce(pg_sequence_last_value(" + seq + "), 0)";
+  return "DO $pgmutex$ DECLARE needed bigint; BEGIN\n"
+         "  IF to_regclass(" + e + ") IS NULL OR NOT has_table_privilege(" + e + ", 'SELECT')\n"
+         "     OR NOT has_sequence_privilege(" + seq + ", 'SELECT, USAGE') THEN RETURN; END IF;\n"
+         "  needed := " + needed_sql + ";\n"
+         "  IF needed IS NULL OR needed <= " + last + " THEN RETURN; END IF;\n"
+         "  IF NOT has_sequence_privilege(" + seq + ", 'UPDATE') THEN\n"
+         "    RAISE EXCEPTION 'the election table % records terms above the fences its sequence % hands out', " + e +
+         ", " + seq + "\n"
+         "      USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'the sequence was reset (the lock"
+         " table and its sequence dropped and made again?); have the owner of the sequence run create_schema()"
+         " (pgmutex schema), or run: SELECT setval(' || quote_literal(" + seq + ") || ', ' || needed || ')';\n"
+         "  END IF;\n"
+         "  LOCK TABLE " + t + " IN SHARE ROW EXCLUSIVE MODE;\n"
+         "  needed := " + needed_sql + ";\n"
+         "  IF needed > " + last + " THEN PERFORM setval(" + seq + ", needed); END IF;\n"
+         "END $pgmutex$;\n";
+}
+
 void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
   const std::string t = quote_table(table);
   const std::string e = quoted_election(table);

@@ -162,6 +162,8 @@ std::string quoted_election(std::string_view table) {
   return quote_parts(TableName{parts.schema, derived_identifier("", parts.name, "_election")});
 }
 
+std::string quoted_sequence(std::string_view table) { return sequence_of(table); }
+
 }  // namespace sql_parts
 
 namespace {
@@ -432,7 +434,7 @@ std::string create_schema_sql(std::string_view table) {
          "::regclass AND o.option_name = 'fillfactor')\n"
          "     AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = " + t_literal + "::regclass), 'USAGE') THEN\n"
          "    ALTER TABLE " + t + " SET (fillfactor = " + std::string(fillfactor) + ");\n  END IF;\n"
-         "END $pgmutex$;\n" + create_queue_sql(table) + create_election_sql(table);
+         "END $pgmutex$;\n" + fences_past_terms_sql(table) + create_queue_sql(table) + create_election_sql(table);
 }
 
 }  // namespace pgmutex::postgres_detail

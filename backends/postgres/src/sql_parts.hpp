@@ -18,6 +18,8 @@ std::string channel_sql(std::string_view table, std::string_view hash_param);
 // "schema"."table_queue", every part quoted.
 std::string quoted_queue(std::string_view table);
 std::string quoted_election(std::string_view table);
+// "schema"."table_fence_seq", every part quoted.
+std::string quoted_sequence(std::string_view table);
 
 // The seconds from `column` to now(), never below 0: now() is the
 // statement's transaction start, and a heartbeat committed between that and
@@ -62,6 +64,9 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
 std::string create_queue_sql(std::string_view table);
 void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix);
 std::string create_election_sql(std::string_view table);
+// create_schema's step, before the queue's DDL, that moves the fence
+// sequence past the terms an election table kept (a no-op unless it must).
+std::string fences_past_terms_sql(std::string_view table);
 
 // What the election adds to a lock statement to make it one of a
 // transition's (election_sql.cpp): CTEs for its WITH, and columns (each

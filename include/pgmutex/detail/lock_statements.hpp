@@ -275,9 +275,13 @@ class LockStatements {
   LockRef lock_ref() const noexcept { return LockRef{options_.table, options_.lock_name, identity_}; }
   std::string context() const { return "lock '" + options_.lock_name + "'"; }
 
+  // The lock named once: a text that names it already (a backend's
+  // election refusal, the lease check run() makes) is left as it is, so the
+  // user never reads "lock 'x': lock 'x': ..." (review finding 9).
   template <class T>
   Result<T> with_context(Result<T>&& r) const {
-    if (!r) r.error().detail = context() + (r.error().detail.empty() ? "" : ": " + r.error().detail);
+    if (!r && !r.error().detail.starts_with(context()))
+      r.error().detail = context() + (r.error().detail.empty() ? "" : ": " + r.error().detail);
     return std::move(r);
   }
 

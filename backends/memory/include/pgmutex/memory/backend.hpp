@@ -286,25 +286,34 @@ class MemoryBackend {
   Result<LeaderRecord> announce(const HolderKey& key, std::string_view value) noexcept {
     if (auto valid = validate_election_value(key.lock.lock_name, value); !valid) return tl::unexpected(valid.error());
     LeaderRecord out;
+    bool held = false;
     auto done = on_holder_row(key, [&](MemoryServer::Row& row, MemoryServer::Table& table) {
-      auto& e = table.elections.try_emplace(std::string(key.lock.lock_name)).first->second;
-      // Only while the row is live by its holder's own threshold (election_sql.cpp);
-      // else the term is over (an empty record: refused below).
+      // Only while the row is live by its holder's own threshold
+      // (election_sql.cpp's holder_row): else the key holds nothing.
       if (row.last_heartbeat < server_->now() - row.stale_threshold) return;
+      held = true;
+      auto& e = table.elections.try_emplace(std::string(key.lock.lock_name)).first->second;
       if (detail::announce_term(e, row.fence, value, row.instance_id, row.holder_host, server_->now())) server_->flush();
       out = record_of(e);
     });
-    return announced(done, key, std::move(out), "announce");
+    if (auto refused = not_holding(done, key, "announce")) return *refused;
+    if (!held || out.term != key.fence || !out.announced) return term_refused(key, "announce", held, out);
+    out.lock_fence = key.fence;
+    out.lock_live = true;
+    return out;
   }
 
+  // As Postgres's UPDATE: an entry only where one exists (review finding
+  // 10), never one made for a lock that was never announced.
   Result<LeaderRecord> vacate(const HolderKey& key) noexcept {
     LeaderRecord out;
     auto done = on_holder_row(key, [&](MemoryServer::Row&, MemoryServer::Table& table) {
-      auto& e = table.elections.try_emplace(std::string(key.lock.lock_name)).first->second;
-      if (detail::vacate_term(e, key.fence)) server_->flush();
-      out = record_of(e);
+      const auto e = table.elections.find(key.lock.lock_name);
+      if (e == table.elections.end()) return;
+      if (detail::vacate_term(e->second, key.fence)) server_->flush();
+      out = record_of(e->second);
     });
-    if (!done) return tl::unexpected(std::move(done.error()));
+    if (auto refused = not_holding(done, key, "vacate")) return *refused;
     out.lock_fence = key.fence;
     out.lock_live = true;
     return out;
@@ -480,16 +489,13 @@ class MemoryBackend {
     return out;
   }
 
-  // An announce's answer: the holder's term announced now, else its term is over.
-  static Result<LeaderRecord> announced(Result<void>& done, const HolderKey& key, LeaderRecord out, std::string_view what) {
-    if (!done) return tl::unexpected(std::move(done.error()));
-    if (out.term != key.fence || !out.announced)
-      return fail(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "': cannot " + std::string(what) +
-                                           ": instance '" + std::string(key.instance_id) + "' no longer holds term " +
-                                           std::to_string(key.fence) + " (it was vacated)");
-    out.lock_fence = key.fence;
-    out.lock_live = true;
-    return out;
+  // An announce's or vacate's failure: on_holder_row's "no row" said in
+  // term_refused's words, as the Postgres backend says it; any other error as it is.
+  static std::optional<tl::unexpected<Error>> not_holding(Result<void>& done, const HolderKey& key,
+                                                          std::string_view what) {
+    if (done) return std::nullopt;
+    if (done.error() == Errc::lock_not_held) return term_refused(key, what, false, {});
+    return tl::unexpected(std::move(done.error()));
   }
 
   // ---- the queue's rules, called with the server's mutex held -------------
