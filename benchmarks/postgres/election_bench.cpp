@@ -403,135 +403,113 @@ void handoffs(const std::string& table, int handoffs, int rounds) {
   figure("release_call_us", m_dur);
 }
 
-// 3. Statements per change with N observers on own connections.
-void statements(const std::string& table, int observers, int cycles) {
-  const std::string lock = "counted";
+// What measurements 3 and 4 share: the observers, each on a thread of its
+// own, follow `cycles` terms of a candidate on a connection of its own
+// (elected, proclaimed, vacated); pg_stat_statements' calls by the
+// candidate's role and the observers' are read before and after.
+using Calls = std::map<std::string, long long>;
+struct Followed {
+  Calls c0, c1, o0, o1;
+  long reports = 0;
+  std::size_t gaps = 0;
+  int missing = 0;  // waits for a change that timed out
+};
+
+template <class Obs>
+Followed follow_terms(const std::string& table, const std::string& lock, std::vector<std::unique_ptr<Obs>>& obs,
+                      int cycles, std::chrono::seconds start_within, std::chrono::seconds vacated_within) {
+  const std::size_t n = obs.size();
   Reader reader(table, lock);
-  std::vector<std::unique_ptr<pgmutex::Observer>> obs;
   std::vector<std::unique_ptr<Log>> logs;
-  std::vector<std::atomic<long>> heard(static_cast<std::size_t>(observers));
-  for (int i = 0; i < observers; ++i) {
-    obs.push_back(std::make_unique<pgmutex::Observer>(PostgresBackend("user=" + std::string(observer_role)),
-                                                      options_for(table, lock, "o" + std::to_string(i))));
-    logs.push_back(std::make_unique<Log>());
-  }
+  for (std::size_t i = 0; i < n; ++i) logs.push_back(std::make_unique<Log>());
+  std::vector<std::atomic<long>> heard(n);
   std::vector<std::jthread> threads;
-  for (int i = 0; i < observers; ++i)
+  for (std::size_t i = 0; i < n; ++i)
     threads.emplace_back([&, i](std::stop_token stop) { observe_into(*obs[i], *logs[i], stop, &heard[i]); });
-  for (int i = 0; i < observers; ++i)
-    if (!logs[i]->wait_for(pgmutex::LeaderEvent::current, "", 20s)) throw std::runtime_error("an observer did not start");
+  for (auto& log : logs)
+    if (!log->wait_for(pgmutex::LeaderEvent::current, "", start_within))
+      throw std::runtime_error("an observer did not start");
   pgmutex::Election candidate(PostgresBackend(""), options_for(table, lock, "candidate"));
   {  // the candidate's connection and prepared statements: before the count
     auto l = candidate.campaign("warm-up", 10s);
     l.resign();
-    for (int i = 0; i < observers; ++i) logs[i]->wait_for(pgmutex::LeaderEvent::vacated, "");
+    for (auto& log : logs) log->wait_for(pgmutex::LeaderEvent::vacated, "");
   }
   std::this_thread::sleep_for(200ms);
-  const auto c0 = reader.calls("postgres");
-  const auto o0 = reader.calls(observer_role);
+  Followed f;
+  f.c0 = reader.calls("postgres");
+  f.o0 = reader.calls(observer_role);
   std::vector<long> heard0;
   for (auto& h : heard) heard0.push_back(h.load());
-  int missing = 0;
   for (int k = 0; k < cycles; ++k) {
     const std::string v = "v" + std::to_string(k), p = "p" + std::to_string(k);
     auto l = candidate.campaign(v, 10s);
-    for (int i = 0; i < observers; ++i) missing += logs[i]->wait_for(pgmutex::LeaderEvent::elected, v) ? 0 : 1;
+    for (auto& log : logs) f.missing += log->wait_for(pgmutex::LeaderEvent::elected, v) ? 0 : 1;
     l.proclaim(p);
-    for (int i = 0; i < observers; ++i) missing += logs[i]->wait_for(pgmutex::LeaderEvent::proclaimed, p) ? 0 : 1;
+    for (auto& log : logs) f.missing += log->wait_for(pgmutex::LeaderEvent::proclaimed, p) ? 0 : 1;
     l.resign();
     // vacated carries no value: wait until each has heard 3 more changes.
-    const auto deadline = Clock::now() + 5s;
-    for (int i = 0; i < observers; ++i)
+    const auto deadline = Clock::now() + vacated_within;
+    for (std::size_t i = 0; i < n; ++i)
       while (heard[i].load() < heard0[i] + 3L * (k + 1) && Clock::now() < deadline) std::this_thread::sleep_for(200us);
   }
   std::this_thread::sleep_for(200ms);
-  const auto c1 = reader.calls("postgres");
-  const auto o1 = reader.calls(observer_role);
-  long reports = 0;
-  std::size_t gaps = 0;
-  for (int i = 0; i < observers; ++i) {
-    reports += heard[i].load() - heard0[i];
-    gaps += logs[i]->gaps();
+  f.c1 = reader.calls("postgres");
+  f.o1 = reader.calls(observer_role);
+  for (std::size_t i = 0; i < n; ++i) {
+    f.reports += heard[i].load() - heard0[i];
+    f.gaps += logs[i]->gaps();
   }
   for (auto& t : threads) t.request_stop();
-  threads.clear();
+  return f;
+}
+
+// 3. Statements per change with N observers on own connections.
+void statements(const std::string& table, int observers, int cycles) {
+  std::vector<std::unique_ptr<pgmutex::Observer>> obs;
+  for (int i = 0; i < observers; ++i)
+    obs.push_back(std::make_unique<pgmutex::Observer>(PostgresBackend("user=" + std::string(observer_role)),
+                                                      options_for(table, "counted", "o" + std::to_string(i))));
+  const Followed f = follow_terms(table, "counted", obs, cycles, 20s, 5s);
   const double changes = 3.0 * cycles;
   std::printf("3. statements per change: %d Observers on own connections (role %s), %d terms = %.0f changes "
               "(elected, proclaimed, vacated); reports heard %ld of %.0f, missed waits %d, gaps %zu\n",
-              observers, observer_role, cycles, changes, reports, changes * observers, missing, gaps);
-  std::printf("FIGURE statements_per_change_candidate %.3f %.3f %.0f\n", (total(c1) - total(c0)) / changes, 0.0, changes);
-  std::printf("FIGURE statements_per_change_observers %.3f %.3f %d\n", (total(o1) - total(o0)) / changes, 0.0, observers);
+              observers, observer_role, cycles, changes, f.reports, changes * observers, f.missing, f.gaps);
+  std::printf("FIGURE statements_per_change_candidate %.3f %.3f %.0f\n", (total(f.c1) - total(f.c0)) / changes, 0.0,
+              changes);
+  std::printf("FIGURE statements_per_change_observers %.3f %.3f %d\n", (total(f.o1) - total(f.o0)) / changes, 0.0,
+              observers);
   std::printf("  candidate (role postgres): %.3f statements per change (campaign's acquire that announces, proclaim, "
-              "resign's release that vacates, heartbeats)\n", (total(c1) - total(c0)) / changes);
-  breakdown(c0, c1, changes);
-  std::printf("  all %d observers together: %.3f statements per change\n", observers, (total(o1) - total(o0)) / changes);
-  breakdown(o0, o1, changes);
+              "resign's release that vacates, heartbeats)\n", (total(f.c1) - total(f.c0)) / changes);
+  breakdown(f.c0, f.c1, changes);
+  std::printf("  all %d observers together: %.3f statements per change\n", observers,
+              (total(f.o1) - total(f.o0)) / changes);
+  breakdown(f.o0, f.o1, changes);
 }
 
 // 4. Statements per change with OBSERVERS SessionObservers spread over
 // SESSIONS Sessions (role election_bench_observer): one LISTEN per Session,
 // each NOTIFY handed by the Session's I/O thread to its observers.
 void session_statements(const std::string& table, int sessions, int observers, int cycles) {
-  const std::string lock = "counted_sessions";
-  Reader reader(table, lock);
   std::vector<std::shared_ptr<pgmutex::Session>> pool;
   for (int k = 0; k < sessions; ++k) pool.push_back(pgmutex::Session::create("user=" + std::string(observer_role)));
   std::vector<std::unique_ptr<pgmutex::SessionObserver>> obs;
-  std::vector<std::unique_ptr<Log>> logs;
-  std::vector<std::atomic<long>> heard(static_cast<std::size_t>(observers));
-  for (int i = 0; i < observers; ++i) {
+  for (int i = 0; i < observers; ++i)
     obs.push_back(std::make_unique<pgmutex::SessionObserver>(pool[static_cast<std::size_t>(i % sessions)]->backend(),
-                                                             options_for(table, lock, "s" + std::to_string(i))));
-    logs.push_back(std::make_unique<Log>());
-  }
-  std::vector<std::jthread> threads;
-  for (int i = 0; i < observers; ++i)
-    threads.emplace_back([&, i](std::stop_token stop) { observe_into(*obs[i], *logs[i], stop, &heard[i]); });
-  for (int i = 0; i < observers; ++i)
-    if (!logs[i]->wait_for(pgmutex::LeaderEvent::current, "", 60s)) throw std::runtime_error("an observer did not start");
-  pgmutex::Election candidate(PostgresBackend(""), options_for(table, lock, "candidate"));
-  {  // the candidate's connection and prepared statements: before the count
-    auto l = candidate.campaign("warm-up", 10s);
-    l.resign();
-    for (int i = 0; i < observers; ++i) logs[i]->wait_for(pgmutex::LeaderEvent::vacated, "");
-  }
-  std::this_thread::sleep_for(200ms);
-  const auto o0 = reader.calls(observer_role);
-  std::vector<long> heard0;
-  for (auto& h : heard) heard0.push_back(h.load());
-  int missing = 0;
-  for (int k = 0; k < cycles; ++k) {
-    const std::string v = "v" + std::to_string(k), p = "p" + std::to_string(k);
-    auto l = candidate.campaign(v, 10s);
-    for (int i = 0; i < observers; ++i) missing += logs[i]->wait_for(pgmutex::LeaderEvent::elected, v) ? 0 : 1;
-    l.proclaim(p);
-    for (int i = 0; i < observers; ++i) missing += logs[i]->wait_for(pgmutex::LeaderEvent::proclaimed, p) ? 0 : 1;
-    l.resign();
-    const auto deadline = Clock::now() + 10s;
-    for (int i = 0; i < observers; ++i)
-      while (heard[i].load() < heard0[i] + 3L * (k + 1) && Clock::now() < deadline) std::this_thread::sleep_for(200us);
-  }
-  std::this_thread::sleep_for(200ms);
-  const auto o1 = reader.calls(observer_role);
-  long reports = 0;
-  std::size_t gaps = 0;
-  for (int i = 0; i < observers; ++i) {
-    reports += heard[i].load() - heard0[i];
-    gaps += logs[i]->gaps();
-  }
+                                                             options_for(table, "counted_sessions", "s" + std::to_string(i))));
+  const Followed f = follow_terms(table, "counted_sessions", obs, cycles, 60s, 10s);
   std::uint64_t notifications = 0;
   for (auto& session : pool) notifications += session->stats().notifications;
-  for (auto& t : threads) t.request_stop();
-  threads.clear();
   const double changes = 3.0 * cycles;
   std::printf("4. statements per change: %d SessionObservers on %d Sessions (role %s), %d terms = %.0f changes; "
               "reports heard %ld of %.0f, missed waits %d, gaps %zu, NOTIFYs dispatched %llu\n",
-              observers, sessions, observer_role, cycles, changes, reports, changes * observers, missing, gaps,
+              observers, sessions, observer_role, cycles, changes, f.reports, changes * observers, f.missing, f.gaps,
               static_cast<unsigned long long>(notifications));
-  std::printf("FIGURE statements_per_change_session_observers %.3f %.3f %d\n", (total(o1) - total(o0)) / changes, 0.0,
-              observers);
-  std::printf("  all %d observers together: %.3f statements per change\n", observers, (total(o1) - total(o0)) / changes);
-  breakdown(o0, o1, changes);
+  std::printf("FIGURE statements_per_change_session_observers %.3f %.3f %d\n", (total(f.o1) - total(f.o0)) / changes,
+              0.0, observers);
+  std::printf("  all %d observers together: %.3f statements per change\n", observers,
+              (total(f.o1) - total(f.o0)) / changes);
+  breakdown(f.o0, f.o1, changes);
 }
 
 }  // namespace
