@@ -110,27 +110,8 @@ class BasicElection {
     GrantAnnouncement announcement{value};
     auto guard = detail::AsyncAccess::state_of(mutex_)->campaign(timeout, std::move(stop), announcement);
     if (!guard) return tl::unexpected(std::move(guard.error()));
-    if (!*guard) return detail::ElectionAccess::not_elected<leadership_type>(std::move(*guard));
-    if (!announcement.announced) [[unlikely]] {
-      // Granted, but not shown announced: the reply of the try that granted
-      // it was lost (the grant adopted by its token, or a confirm tried
-      // again), or the server records a term at or above this grant's fence.
-      // One more statement says which (announce is idempotent). If that
-      // fails, nobody leads on this grant: the release vacates whatever
-      // landed and hands the lock to the next in line.
-      auto* state = detail::AsyncAccess::guard_state(*guard);
-      auto announced = detail::announce_grant(*state, detail::AsyncAccess::generation(*guard), value);
-      if (!announced) {
-        (void)detail::ElectionAccess::release_vacating(*guard);
-        return tl::unexpected(std::move(announced.error()));
-      }
-    } else {
-      // The grant's statement announced it: the book notes the value, to
-      // announce it again after a failover that lost it (announce_grant
-      // notes its own). Its first heartbeat is a heartbeat_interval away.
-      detail::AsyncAccess::guard_state(*guard)->book.note_announced(detail::AsyncAccess::generation(*guard), value);
-    }
-    return detail::ElectionAccess::elected<leadership_type>(std::move(*guard), std::move(value));
+    const bool announced = announcement.announced;  // before `value` moves: the announcement views it
+    return detail::ElectionAccess::take_office<leadership_type>(std::move(*guard), std::move(value), announced);
   }
   leadership_type campaign(std::string value, std::optional<duration> timeout = std::nullopt, std::stop_token stop = {}) {
     return value_or_throw(campaign(nothrow, std::move(value), timeout, std::move(stop)));

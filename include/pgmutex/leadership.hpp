@@ -69,19 +69,26 @@ struct ElectionAccess {
   static Result<void> release_vacating(Guard& guard) {
     return guard.template release_vacating<true>();
   }
-  // An async campaign's second half, after the mutex's async_acquire
-  // returned (its tries carry no value: one statement more than the
-  // blocking campaign's): an empty guard is an empty leadership; a grant
-  // announces `value`, and one whose announce fails leads nobody (the
-  // release vacates whatever landed and hands the lock on). Blocking: it
-  // runs where the async operation's statements run.
+  // A campaign's end, blocking or async, once its acquire returned: an
+  // empty guard is an empty leadership. A grant whose statement announced
+  // `value` (`announced`: the usual case, one statement in all) leads at
+  // once; the book notes the value, to announce it again after a failover
+  // that lost it. A grant not shown announced (the reply of the try that
+  // granted it was lost and the grant adopted by its token, or the server
+  // records a term at or above its fence) announces now, one statement more
+  // (idempotent); if that fails, nobody leads on the grant: the release
+  // vacates whatever landed and hands the lock to the next in line. Only
+  // that case makes a statement: the async campaign runs it where its
+  // statements run.
   template <class Leadership, class Guard>
-  static Result<Leadership> take_office(Guard guard, std::string value) {
+  static Result<Leadership> take_office(Guard guard, std::string value, bool announced) {
     if (!guard) return not_elected<Leadership>(std::move(guard));
-    auto announced = announce_grant(*AsyncAccess::guard_state(guard), AsyncAccess::generation(guard), value);
-    if (!announced) {
+    auto* state = AsyncAccess::guard_state(guard);
+    if (announced) {
+      state->book.note_announced(AsyncAccess::generation(guard), value);
+    } else if (auto now_announced = announce_grant(*state, AsyncAccess::generation(guard), value); !now_announced) {
       (void)release_vacating(guard);
-      return tl::unexpected(std::move(announced.error()));
+      return tl::unexpected(std::move(now_announced.error()));
     }
     return elected<Leadership>(std::move(guard), std::move(value));
   }

@@ -76,41 +76,24 @@ Result<ElectionWake> SessionCore::wait_for_election(ElectionBoxId id, LockRef lo
     if (failed) return tl::unexpected(std::move(*failed));
     if (!cannot_listen) return ElectionWake{{}, true};
     // A transaction pooler's connection hears no NOTIFY: read again after a poll.
-    std::mutex m;
-    std::condition_variable cv;
-    bool stopped = false;
-    std::stop_callback on_stop(std::move(stop), [&] {
-      std::lock_guard lock(m);
-      stopped = true;
-      cv.notify_all();
-    });
-    std::unique_lock lock(m);
-    cv.wait_for(lock, std::clamp(timeout, std::chrono::nanoseconds::zero(), unheard_poll), [&] { return stopped; });
-    return ElectionWake{{}, !stopped};
+    StoppableWait wait(mutex_, std::move(stop));
+    std::unique_lock lock(mutex_);
+    wait.cv.wait_for(lock, std::clamp(timeout, std::chrono::nanoseconds::zero(), unheard_poll),
+                     [&] { return wait.stopped; });
+    return ElectionWake{{}, !wait.stopped};
   }
 
   // At most a day at a time: no overflow for "forever" (nanoseconds::max()).
   const auto deadline = std::chrono::steady_clock::now() +
                         std::clamp(timeout, std::chrono::nanoseconds::zero(), std::chrono::nanoseconds(std::chrono::hours(24)));
-  std::condition_variable cv;
-  bool stopped = false;
-  // Made before the lock is taken: a stop requested already runs it at once.
-  std::stop_callback on_stop(std::move(stop), [&] {
-    std::lock_guard lock(mutex_);
-    stopped = true;
-    cv.notify_all();
-  });
+  StoppableWait wait(mutex_, std::move(stop));
   std::unique_lock lock(mutex_);
   auto found = election_boxes_.find(id);
   if (found == election_boxes_.end()) return fail(Errc::invalid_argument, what + ": the observer's box is closed");
   ElectionBox& box = found->second;  // std::map: stays put while others come and go
-  box.waiting = &cv;
-  struct Unregister {
-    ElectionBox& box;
-    ~Unregister() { box.waiting = nullptr; }
-  } unregister{box};
-  cv.wait_until(lock, deadline,
-                [&] { return stopped || stopping_ || !box.notices.empty() || box.channel.empty(); });
+  const StoppableWait::Registered registered(box.waiting, wait);
+  wait.cv.wait_until(lock, deadline,
+                     [&] { return wait.stopped || stopping_ || !box.notices.empty() || box.channel.empty(); });
   if (stopping_) return fail(Errc::backend_unavailable, what + ": the session stopped");
   ElectionWake wake;
   wake.notices = std::move(box.notices);

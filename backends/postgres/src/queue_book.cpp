@@ -63,22 +63,13 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
                                              std::chrono::nanoseconds timeout, std::stop_token stop) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::max(timeout, std::chrono::nanoseconds::zero());
-  std::condition_variable cv;
-  bool stopped = false;
-  // Made before the lock is taken: a stop requested already runs it at once.
-  std::stop_callback on_stop(std::move(stop), [&] {
-    std::lock_guard lock(mutex_);
-    stopped = true;
-    cv.notify_all();
-  });
+  StoppableWait wait(mutex_, std::move(stop));
+  const bool& stopped = wait.stopped;
+  std::condition_variable& cv = wait.cv;
   std::unique_lock lock(mutex_);
   Place& place = place_of(w, ticket);
-  place.waiting = &cv;
+  const StoppableWait::Registered registered(place.waiting, wait);
   place.holder_changed = false;  // the holder this wait's request describes is the current one
-  struct Unregister {
-    Place& place;
-    ~Unregister() { place.waiting = nullptr; }
-  } unregister{place};
   // The holder's stale deadline as the last try saw it, for a head or runner-up.
   const auto stale_at = [&]() -> std::optional<Deadline> {
     if (place.holder_changed || !place.near || !w.holder_stale_in) return std::nullopt;

@@ -40,6 +40,50 @@ namespace pgmutex::postgres_detail {
 
 class SessionCore;
 
+// One blocked wait of a Session's caller (in line, or for an election's
+// change): a condition variable on the core's mutex that a stop request
+// wakes, `stopped` then true. Made before the mutex is taken: a stop
+// requested already runs the callback at once, which takes it. Member order
+// matters: the callback may run in the constructor, so `cv` and `stopped`
+// come first.
+class StoppableWait {
+ public:
+  StoppableWait(std::mutex& m, std::stop_token stop) : m_(m), on_stop_(std::move(stop), Wake{this}) {}
+  StoppableWait(const StoppableWait&) = delete;
+  StoppableWait& operator=(const StoppableWait&) = delete;
+
+  // While it lives, `*slot` (a place's or a box's `waiting`, set under the
+  // mutex) points at this wait's cv, so the I/O thread's dispatch wakes it.
+  class [[nodiscard]] Registered {
+   public:
+    Registered(std::condition_variable*& slot, StoppableWait& wait) : slot_(slot) { slot_ = &wait.cv; }
+    ~Registered() { slot_ = nullptr; }
+    Registered(const Registered&) = delete;
+    Registered& operator=(const Registered&) = delete;
+
+   private:
+    std::condition_variable*& slot_;
+  };
+
+ private:
+  struct Wake {
+    StoppableWait* wait;
+    void operator()() const {
+      std::lock_guard lock(wait->m_);
+      wait->stopped = true;
+      wait->cv.notify_all();
+    }
+  };
+  std::mutex& m_;
+
+ public:
+  std::condition_variable cv;
+  bool stopped = false;  // read and written under the mutex
+
+ private:
+  std::stop_callback<Wake> on_stop_;
+};
+
 // The way in to a session's core and a backend's durability mark, for the
 // implementation and for tests of the rules that the public API cannot show.
 struct SessionAccess {

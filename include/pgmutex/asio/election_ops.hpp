@@ -78,18 +78,16 @@ auto async_campaign(Election& election, std::string value, std::optional<std::ch
         auto elect = [done, campaign](boost::system::error_code ec, Guard guard) mutable {
           auto* state = Access::guard_state(guard);
           if (ec || state == nullptr) return done->complete(ec, Elections::not_elected<Leadership>(std::move(guard)));
-          if (campaign->announcement.announced) {
-            state->book.note_announced(Access::generation(guard), campaign->value);  // as the blocking campaign
-            return done->complete(boost::system::error_code(),
-                                  Elections::elected<Leadership>(std::move(guard), std::move(campaign->value)));
-          }
-          // Granted, not shown announced (a lost reply, the grant adopted):
-          // one more statement, as the blocking campaign.
-          run_statements_of(state, [done, campaign, guard = std::move(guard)]() mutable {
-            auto took = Elections::take_office<Leadership>(std::move(guard), std::move(campaign->value));
+          // Announced with its grant: no statement left, the handler at once.
+          // Else the announce, where the operation's statements run.
+          const auto finish = [done, campaign](Guard g) {
+            auto took = Elections::take_office<Leadership>(std::move(g), std::move(campaign->value),
+                                                           campaign->announcement.announced);
             if (took) done->complete(boost::system::error_code(), std::move(*took));
             else done->complete(to_error_code(took.error()), Leadership());
-          });
+          };
+          if (campaign->announcement.announced) return finish(std::move(guard));
+          run_statements_of(state, [finish, guard = std::move(guard)]() mutable { finish(std::move(guard)); });
         };
         async_acquire(shared, limit, boost::asio::bind_cancellation_slot(slot, std::move(elect)), announce);
       },
