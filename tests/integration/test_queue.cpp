@@ -166,7 +166,9 @@ TEST_CASE("a SIGKILLed head is skipped by the release itself", "[queue][dead]") 
   const std::string table = fresh_table("queue_dead");
   Holder holder(table);
   Child dead = queue_child(table, "dead");
-  Child next = queue_child(table, "next");
+  // It holds long enough for the check below to find it holding (its
+  // confirm and a 20 ms hold can be over before that check runs).
+  Child next = queue_child(table, "next", 1000);
   const long long pid = scalar("SELECT waiter_pid FROM " + table + "_queue WHERE instance_id = 'dead'");
   ::kill(dead.pid, SIGKILL);
   CHECK(wait_child(dead) == 128 + SIGKILL);
@@ -297,6 +299,76 @@ TEST_CASE("a plain try loses to a live queue and to an offer, writing no WAL", "
   ::kill(waiter.pid, SIGCONT);
   CHECK(fence_of(read_line(waiter, 60s)) > holder.fence);
   CHECK(wait_child(waiter) == 0);
+}
+
+// The handoff's second statement is the lean confirm (queue_sql.cpp,
+// confirm_offer) when the waiter heard its offer; when the offer passed on
+// before it confirmed, the lean statement writes nothing and the whole queued
+// try reports the place lost. Driven through the backend's own API, so that
+// the test sees each waiter's statements and nothing else's.
+TEST_CASE("a waiter that heard its offer confirms it in the lean statement; one whose offer lapsed meanwhile "
+          "finds its place lost",
+          "[queue][confirm]") {
+  const std::string table = fresh_table("queue_confirm");
+  Holder holder(table);
+  struct Waiter {
+    PostgresBackend backend{""};
+    std::string name;  // the request's instance views it
+    AcquireRequest request;
+    std::int64_t ticket = 0;
+    long long backend_pid = 0;
+    Waiter(const std::string& table, std::string n, GrantToken token, std::chrono::nanoseconds handoff)
+        : name(std::move(n)), request(AcquireRequest{LockRef{table, "job"}, name, 60s}) {
+      request.token = token;
+      request.timeout = 5s;
+      auto place = backend.enqueue(request, handoff);
+      REQUIRE(place);
+      ticket = place->ticket;
+      request.queue_ticket = ticket;
+      backend_pid = scalar("SELECT waiter_pid FROM " + table + "_queue WHERE ticket = " +
+                           std::to_string(ticket));
+    }
+    QueueWake wait() {
+      auto woke = backend.wait_in_queue(WatchRequest{request.lock, 60s}, ticket, 10s, {});
+      REQUIRE(woke);
+      return *woke;
+    }
+    // The last statement this waiter's connection ran.
+    std::string last_statement() const {
+      return admin("SELECT query FROM pg_stat_activity WHERE pid = " + std::to_string(backend_pid))[0][0]
+          .as<std::string>();
+    }
+  };
+  Waiter a(table, "a", 0x1001, 5s), b(table, "b", 0x2002, 50ms), c(table, "c", 0x3003, 5s);
+
+  holder.release();  // offered to a
+  REQUIRE(a.wait() == QueueWake::turn);
+  auto won = a.backend.try_acquire(a.request);
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  CHECK(won->fence > holder.fence);
+  const std::string confirm = a.last_statement();
+  INFO("a's last statement: " << confirm);
+  CHECK(confirm.find("conf_out AS (DELETE") != std::string::npos);
+  CHECK(confirm.find("procs AS") == std::string::npos);  // not the whole queued try
+  CHECK(holder_of(table) == "a");
+  CHECK(scalar("SELECT count(*) FROM " + table + "_queue WHERE instance_id = 'a'") == 0);
+
+  // a releases: offered to b, whose 50 ms deadline passes before it tries;
+  // c, woken by the look after it, takes the lapsed offer.
+  REQUIRE(a.backend.release(HolderKey{LockRef{table, "job"}, "a", won->fence, 0x1001}));
+  REQUIRE(b.wait() == QueueWake::turn);
+  std::this_thread::sleep_for(200ms);
+  auto took = c.backend.try_acquire(c.request);
+  REQUIRE(took);
+  REQUIRE(took->acquired);
+  CHECK(took->fence > won->fence);
+  auto late = b.backend.try_acquire(b.request);
+  REQUIRE(late);
+  CHECK_FALSE(late->acquired);
+  CHECK(late->queue_place_lost);
+  CHECK(holder_of(table) == "c");
+  CHECK(queued(table) == 0);
 }
 
 namespace {

@@ -94,6 +94,7 @@ struct PostgresBackend::Impl {
     std::chrono::nanoseconds handoff{0};
     std::optional<std::chrono::steady_clock::time_point> probe_at;  // the runner-up's look at a late head
     std::chrono::nanoseconds poll_delay{0};  // a waiter that cannot LISTEN: its next look
+    bool offered = false;  // a release's offer named it: its next try is the lean confirm_offer
   };
   std::map<std::int64_t, QueuedHere> queued_here;
   // This backend has campaigned (an election's): its waits prepare the

@@ -65,6 +65,36 @@ Result<void> PostgresBackend::create_schema(std::string_view table) noexcept {
 
 namespace {
 
+// The lean confirm of an offer this backend's wait heard (the whole queued
+// try's first branch, queue_sql.cpp): acquired, or not (the offer is not
+// ours any more, or none was heard) and nothing was written.
+template <class Impl>
+Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& bound, const TableStatements& st,
+                                     const AcquireRequest& request, GrantAnnouncement* announce) {
+  const auto here = impl.queued_here.find(request.queue_ticket);
+  if (here == impl.queued_here.end() || !here->second.offered) return AcquireResult{};
+  std::vector<std::string> params{std::string(request.lock.lock_name), std::string(request.instance_id),
+                                  token_param(request.token), std::to_string(request.queue_ticket),
+                                  bound.lock_timeout_param(),
+                                  request.holder_details.host.empty() ? impl.host
+                                                                      : std::string(request.holder_details.host)};
+  if (announce) {
+    params.push_back(lock_hash(request.lock.lock_name));
+    params.emplace_back(announce->value);
+  }
+  auto rows = session.run(announce ? st.election_confirm_offer : st.confirm_offer, params, bound);
+  if (!rows) return tl::unexpected(std::move(rows.error()));
+  AcquireResult answer = read_confirmed_offer(*rows);
+  if (!answer.acquired) {
+    here->second.offered = false;  // the queued try finds out what became of it
+    return answer;
+  }
+  if (impl.mark) impl.durable_done(session);
+  if (announce) announce->announced = rows->text(0, 2) == "t";
+  impl.queued_here.erase(here);
+  return answer;
+}
+
 // A try (plain or queued), or a campaign's (`announce` set: the election's
 // variant of the same statement, election_sql.cpp, which announces a grant
 // it makes for itself in the same transaction; announce->announced says
@@ -84,7 +114,12 @@ Result<AcquireResult> acquire_try(Impl& impl, const AcquireRequest& request, Gra
             given.command.empty() ? impl.options.holder_command : std::string(given.command),
             impl.grace_param()};
         if (request.queue_ticket != 0) [[unlikely]] {
-          // A queued try (queue_sql.cpp): one statement, never retried here.
+          // A queued try (queue_sql.cpp): one statement, never retried here;
+          // after an offer named us, the lean confirm first.
+          if (auto confirmed = confirm_offer(impl, session, bound, st, request, announce); !confirmed)
+            return tl::unexpected(std::move(confirmed.error()));
+          else if (confirmed->acquired)
+            return *confirmed;
           std::vector<std::string> queued = params;
           queued.push_back(std::to_string(request.queue_ticket));
           queued.push_back(std::to_string(session.reported_backend_pid()));

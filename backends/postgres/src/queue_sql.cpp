@@ -166,6 +166,28 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       "$13", "$12");
   s.election_acquire_queued = {"pgmutex_election_acquire_queued" + suffix, acquire_queued_sql(&announce)};
 
+  // The queued try's confirm alone, for a waiter that heard its offer: the
+  // same conf and conf_out as above (the lock row carries our token: touch
+  // it, and our place goes), and nothing else. When the row does not carry
+  // our token it writes nothing and the caller runs the whole queued try,
+  // which also tells a lapsed offer from a lost place. The full statement is
+  // some 8 KB that a fresh connection plans in milliseconds on its first
+  // executions (custom plans), which every `pgmutex run` paid in its handoff.
+  const auto confirm_offer_sql = [&](const ElectionParts* announce) {
+    return "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true),"
+           " $6::text AS host),"
+           " conf AS (UPDATE " + t + " AS t SET last_heartbeat = now() FROM cfg WHERE t.locked = 1 AND t.lock_name = $1"
+           " AND t.instance_id = $2 AND t.grant_token = $3::bigint RETURNING t.fence),"
+           " conf_out AS (DELETE FROM " + q + " AS q WHERE q.lock_name = $1 AND q.ticket = $4"
+           " AND q.waiter_token = $3::bigint AND EXISTS (SELECT 1 FROM conf) RETURNING 1)" +
+           (announce ? "," + announce->ctes : std::string()) +
+           " SELECT (SELECT fence FROM conf), (SELECT count(*) FROM conf_out)" +
+           (announce ? announce->columns : std::string());
+  };
+  s.confirm_offer = {"pgmutex_confirm_offer" + suffix, confirm_offer_sql(nullptr)};
+  const ElectionParts announce_confirmed = announce_with_grant(table, "SELECT fence FROM conf", "$8", "$7");
+  s.election_confirm_offer = {"pgmutex_election_confirm_offer" + suffix, confirm_offer_sql(&announce_confirmed)};
+
   // E: after the LISTEN. The waiter is bound to this connection's backend
   // (pid and start) when the pid the connection reported at start-up is
   // the server's own; behind a pooler it is not, and a lease keeps it.

@@ -53,15 +53,15 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
         if (listens) {
           // While it waits: the statements of its handoff, parsed now rather
           // than after the release that wakes it (a fresh connection's Parse
-          // of the queued try took 4 ms there). A failure here is not the
-          // enqueue's: the place is taken, a closed connection is found by
-          // the wait, and a statement not prepared is prepared when it runs.
+          // of the queued try took 4 ms there), the confirm first. A failure
+          // here is not the enqueue's: the place is taken, a closed
+          // connection is found by the wait, and a statement not prepared is
+          // prepared when it runs.
           auto& own = dynamic_cast<OwnSession&>(session);
-          if (impl_->campaigns) {
-            if (own.prepare(st.election_acquire_queued, bound)) (void)own.prepare(st.election_release, bound);
-          } else if (own.prepare(st.acquire_queued, bound)) {
-            (void)own.prepare(st.release, bound);
-          }
+          const bool e = impl_->campaigns;
+          if (own.prepare(e ? st.election_confirm_offer : st.confirm_offer, bound) &&
+              own.prepare(e ? st.election_acquire_queued : st.acquire_queued, bound))
+            (void)own.prepare(e ? st.election_release : st.release, bound);
         }
         QueuePlace place;
         place.ticket = std::stoll(rows->text(0, 0));
@@ -169,7 +169,10 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
         if (payload.empty()) return QueueWake::look;  // the row went and nobody was offered it
         const auto offer = offer_of(payload);
         if (!offer) continue;
-        if (offer->head == ticket) return QueueWake::turn;
+        if (offer->head == ticket) {
+          here.offered = true;
+          return QueueWake::turn;
+        }
         holder_changed = true;
         if (offer->runner_up == ticket) {
           here.near = true;
@@ -197,6 +200,13 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     return tl::unexpected(to_error(failure_from_current_exception(), "wait in the queue of " + lock_context(w.lock),
                                    Effect::read, impl_->secrets));
   }
+}
+
+void SharedAccess::offered(PostgresBackend& backend, std::int64_t ticket) noexcept {
+  if (!backend.impl_) return;
+  std::lock_guard lock(backend.impl_->mutex);
+  if (const auto here = backend.impl_->queued_here.find(ticket); here != backend.impl_->queued_here.end())
+    here->second.offered = true;
 }
 
 static_assert(BackendWaitsInQueue<PostgresBackend>);

@@ -48,6 +48,13 @@ struct TableStatements {
   // offer carrying $4, or reports the place lost, or (the lock available)
   // gives it to the first live waiter: us, or an offer to that head.
   Statement acquire_queued;
+  // The same try when the waiter heard a release offer it the lock: $1 lock,
+  // $2 instance, $3 waiter token, $4 ticket, $5 lock timeout, $6 host. Only
+  // the queued try's first branch (confirm the offer carrying $3), so that a
+  // handoff's second statement is a small one, quick to plan on a fresh
+  // connection; returns the fence confirmed (NULL: the offer is not ours any
+  // more, and the queued try decides) and the rows it changed.
+  Statement confirm_offer;
   // $1 lock, $2 instance, $3 stale seconds, $4 waiter token, $5 handoff
   // seconds, $6 lease seconds (a pooled waiter's), $7 reported backend pid,
   // $8 host, $9 pid, $10 command. Returns ticket, ahead, try_now, pid_bound.
@@ -79,6 +86,9 @@ struct TableStatements {
   // confirms for itself announces the value in the same transaction.
   Statement election_acquire;
   Statement election_acquire_queued;
+  // confirm_offer's $1..$6, $7 the lock hash, $8 the value: the confirm
+  // announces the value in the same transaction (then announced, the NOTIFY).
+  Statement election_confirm_offer;
   // The resign: release's parameters and answer, the holder's term vacated
   // in the same transaction (then the 'vacated' NOTIFY, void).
   Statement election_release;

@@ -113,6 +113,14 @@ AcquireResult read_acquire(const Rows& rows, bool& raced) {
   return out;
 }
 
+AcquireResult read_confirmed_offer(const Rows& rows) {
+  AcquireResult out;
+  if (rows.is_null(0, 0)) return out;
+  out.acquired = true;
+  out.fence = fence_of(rows.text(0, 0));
+  return out;
+}
+
 AcquireResult read_queued_acquire(const Rows& rows) {
   AcquireResult out;
   if (!rows.is_null(0, 0)) {  // confirmed: the row carried our token

@@ -32,6 +32,9 @@ QueuedWaiterRow waiter_from(const Rows& rows, std::size_t r);
 AcquireResult read_acquire(const Rows& rows, bool& raced);
 // A queued try's answer (sql.hpp, acquire_queued).
 AcquireResult read_queued_acquire(const Rows& rows);
+// A lean confirm's answer (sql.hpp, confirm_offer): acquired with the fence,
+// or nothing (the offer is not ours any more).
+AcquireResult read_confirmed_offer(const Rows& rows);
 
 // heartbeat_many's answer for `keys` distinct keys: the rows name the
 // (1-based) positions of the keys whose rows it found.
