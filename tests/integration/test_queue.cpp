@@ -458,6 +458,31 @@ TEST_CASE("SessionMutex waiters on two Sessions: arrival order, no statement whi
   CHECK(holder_of(table).empty());
 }
 
+// A Session's waiter hears its offer on the I/O thread, and its try (on
+// its own thread) confirms it with the lean statement: the last statement of
+// the Session's connection, until the first heartbeat (10 s by default).
+TEST_CASE("a SessionMutex waiter that heard its offer confirms it in the lean statement", "[queue][session][confirm]") {
+  const std::string table = fresh_table("queue_session_confirm");
+  Holder holder(table);
+  SessionLine line(table, 1);
+  line.add(2s);
+  holder.release();
+  REQUIRE(eventually([&] {
+    std::lock_guard lock(line.m);
+    return line.turns.size() == 1;
+  }));
+  bool lean = false;
+  for (const auto& row : admin("SELECT query FROM pg_stat_activity WHERE application_name = '" + line.tag(0) + "'")) {
+    const std::string query = row[0].as<std::string>();
+    INFO("a statement of the Session: " << query.substr(0, 120));
+    lean = lean || (query.find("conf_out AS (DELETE") != std::string::npos && query.find("procs AS") == std::string::npos);
+  }
+  CHECK(lean);
+  REQUIRE(eventually([&] { return line.finished.load() == 1; }));
+  CHECK(line.failures.load() == 0);
+  CHECK(queued(table) == 0);
+}
+
 TEST_CASE("a Session whose connection is terminated: its waiter keeps its place on the fresh connection and is "
           "woken there by its offer; a cancelled waiter leaves no row",
           "[queue][session][reconnect]") {

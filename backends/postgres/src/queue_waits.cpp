@@ -205,8 +205,14 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
 void SharedAccess::offered(PostgresBackend& backend, std::int64_t ticket) noexcept {
   if (!backend.impl_) return;
   std::lock_guard lock(backend.impl_->mutex);
-  if (const auto here = backend.impl_->queued_here.find(ticket); here != backend.impl_->queued_here.end())
-    here->second.offered = true;
+  // The Session's I/O thread took the place on a backend of its own, so the
+  // entry may be new here; the try that confirms (or finds the place lost)
+  // erases it.
+  try {
+    if (backend.impl_->queued_here.size() >= 256) backend.impl_->queued_here.clear();  // places left without a try
+    backend.impl_->queued_here[ticket].offered = true;
+  } catch (...) {  // out of memory: the whole queued try confirms as well
+  }
 }
 
 static_assert(BackendWaitsInQueue<PostgresBackend>);
