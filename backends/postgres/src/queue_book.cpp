@@ -54,6 +54,14 @@ SessionCore::Place& SessionCore::place_of(const WatchRequest& w, std::int64_t ti
   return place;
 }
 
+bool SessionCore::take_offer(std::string_view table, std::int64_t ticket) noexcept {
+  std::lock_guard lock(mutex_);
+  const auto found = places_.find(std::pair<std::string, std::int64_t>(std::string(table), ticket));
+  if (found == places_.end() || !found->second.offered) return false;
+  found->second.offered = false;
+  return true;
+}
+
 void SessionCore::forget_place(std::string_view table, std::int64_t ticket) noexcept {
   std::lock_guard lock(mutex_);
   places_.erase(std::pair<std::string, std::int64_t>(std::string(table), ticket));
@@ -214,6 +222,7 @@ void SessionCore::dispatch_to_places(const std::vector<Notification>& notes) {
         }
         if (!offer) continue;
         if (offer->head == key.second) {
+          place.offered = true;
           tell(place, QueueWake::turn);
           continue;
         }

@@ -1,12 +1,10 @@
 // pgmutex::Session and SessionBackend: the public faces of SessionCore. A
 // SessionBackend is a PostgresBackend whose statements run on the session's
 // connection, plus the session's batched heartbeats and shared waits.
-#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <vector>
 
 #include "pgmutex/session.hpp"
 #include "session_core.hpp"
@@ -89,32 +87,11 @@ struct SessionBackend::Impl {
   PostgresBackend backend;
   // This backend's observer's box of election changes, opened on its first wait.
   std::optional<postgres_detail::SessionCore::ElectionBoxId> election_box;
-  // The places whose wait heard a release offer them the lock: their next
-  // queued try is the lean confirm. Kept here, behind a lock of its own that
-  // nothing else is taken under, because an async wait hears it on the
-  // Session's I/O thread, which must not wait for `backend` (its statements
-  // may be waiting for that thread); the try, where statements run, hands
-  // it to `backend`.
-  struct TurnsHeard {
-    std::mutex m;
-    std::vector<std::int64_t> tickets;
-    void add(std::int64_t ticket) {
-      std::lock_guard lock(m);
-      if (tickets.size() >= 256) tickets.clear();  // places left without a try: only a hint
-      tickets.push_back(ticket);
-    }
-    bool take(std::int64_t ticket) {
-      std::lock_guard lock(m);
-      const auto at = std::find(tickets.begin(), tickets.end(), ticket);
-      if (at == tickets.end()) return false;
-      tickets.erase(at);
-      return true;
-    }
-  };
-  std::shared_ptr<TurnsHeard> turns = std::make_shared<TurnsHeard>();
-  // Before a queued try: an offer heard for its place goes to `backend`.
-  void before_queued_try(std::int64_t ticket) {
-    if (ticket != 0 && turns->take(ticket)) SharedAccess::offered(backend, ticket);
+  // Before a queued try: an offer the I/O thread heard for its place goes
+  // to `backend`, whose try is then the lean confirm.
+  void before_queued_try(const AcquireRequest& request) {
+    if (request.queue_ticket != 0 && core().take_offer(request.lock.table, request.queue_ticket))
+      SharedAccess::offered(backend, request.queue_ticket);
   }
   [[nodiscard]] postgres_detail::SessionCore& core() const { return *session->core_; }
 };
@@ -137,7 +114,7 @@ Result<void> SessionBackend::create_schema(std::string_view table) noexcept {
 }
 Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request) noexcept {
   if (!impl_) return moved_from();
-  impl_->before_queued_try(request.queue_ticket);
+  impl_->before_queued_try(request);
   auto tried = impl_->backend.try_acquire(request);
   // A queued try that won, or found its place gone, ends the place's wait.
   if (request.queue_ticket != 0 && tried && (tried->acquired || tried->queue_place_lost))
@@ -294,7 +271,7 @@ static_assert(BackendWaitsForElections<SessionBackend>);
 Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request,
                                                   GrantAnnouncement& announcement) noexcept {
   if (!impl_) return moved_from();
-  impl_->before_queued_try(request.queue_ticket);
+  impl_->before_queued_try(request);
   auto tried = impl_->backend.try_acquire(request, announcement);
   // As the plain try: a queued try that won, or found its place gone, ends the place's wait.
   if (request.queue_ticket != 0 && tried && (tried->acquired || tried->queue_place_lost))
@@ -318,9 +295,7 @@ Result<QueueWake> SessionBackend::wait_in_queue(const WatchRequest& w, std::int6
   if (!impl_) return moved_from();
   if (auto valid = validate_table_name(w.lock.table); !valid) return tl::unexpected(std::move(valid.error()));
   try {
-    auto woke = impl_->core().wait_in_queue(w, ticket, timeout, std::move(stop));
-    if (woke && *woke == QueueWake::turn) impl_->turns->add(ticket);
-    return woke;
+    return impl_->core().wait_in_queue(w, ticket, timeout, std::move(stop));
   } catch (...) {
     return fail(Errc::backend_unavailable, "wait in the queue of lock '" + std::string(w.lock.lock_name) + "': out of memory");
   }
@@ -331,16 +306,7 @@ Result<void> SessionBackend::wait_in_queue_async(const WatchRequest& w, std::int
   if (!impl_) return moved_from();
   if (auto valid = validate_table_name(w.lock.table); !valid) return tl::unexpected(std::move(valid.error()));
   try {
-    return impl_->core().wait_in_queue_async(
-        w, ticket, [turns = impl_->turns, ticket, woken = std::move(woken)](QueueWake why) {
-          if (why == QueueWake::turn) {
-            try {
-              turns->add(ticket);
-            } catch (...) {  // out of memory: the whole queued try confirms as well
-            }
-          }
-          woken(why);
-        });
+    return impl_->core().wait_in_queue_async(w, ticket, std::move(woken));
   } catch (...) {
     return fail(Errc::backend_unavailable, "wait in the queue of lock '" + std::string(w.lock.lock_name) + "': out of memory");
   }

@@ -152,6 +152,9 @@ class SessionCore : public SharedConnection {
   bool cancel_queue_wait(std::string_view table, std::int64_t ticket) noexcept;
   // The place is left, lost or granted: its entry goes.
   void forget_place(std::string_view table, std::int64_t ticket) noexcept;
+  // Whether a release offered the place the lock since the last call (its
+  // next try is then the lean confirm); the mark is cleared.
+  bool take_offer(std::string_view table, std::int64_t ticket) noexcept;
 
   // Election observers (issue 18; election_book.cpp): one LISTEN per
   // election on the session's connection; every NOTIFY's change is handed
@@ -213,6 +216,7 @@ class SessionCore : public SharedConnection {
     bool near = false;            // head or runner-up as far as it knows: it also looks at the holder's deadline
     bool holder_changed = false;  // an offer went to another waiter: the holder the last try met is gone
     std::optional<QueueWake> woke;     // turn or look, set by the I/O thread, taken by the waiter
+    bool offered = false;  // a release named it (set by the I/O thread, taken by the try: take_offer)
     std::optional<Deadline> probe_at;  // the runner-up's look at a late head
     std::chrono::nanoseconds poll_delay{0};    // without LISTEN: the next look
     std::condition_variable* waiting = nullptr;  // the blocked waiter's, while it waits

@@ -54,8 +54,8 @@ struct SharedAccess {
   // The lock's NOTIFY channel (with `suffix`: "_e", its election's),
   // LISTENed on the shared connection.
   static Result<std::string> listen(PostgresBackend& backend, LockRef lock, std::string_view suffix = {}) noexcept;
-  // The Session's I/O thread heard a release offer `ticket` the lock: the
-  // waiter's next queued try is the lean confirm (queue_waits.cpp).
+  // A release offered the Session's place `ticket` the lock (its I/O thread
+  // heard it): the waiter's next queued try is the lean confirm (queue_waits.cpp).
   static void offered(PostgresBackend& backend, std::int64_t ticket) noexcept;
 };
 
