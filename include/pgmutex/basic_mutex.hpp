@@ -140,7 +140,7 @@ class BasicMutex {
 
   // One try. An empty guard (false) if another instance holds the lock; an
   // error only if the backend failed or this object already holds the lock.
-  Result<guard_type> try_acquire(nothrow_t) { return state_->try_acquire(); }
+  PGMUTEX_ALWAYS_INLINE Result<guard_type> try_acquire(nothrow_t) { return state_->try_acquire(); }
   guard_type try_acquire() { return value_or_throw(try_acquire(nothrow)); }
 
   // Tries until acquired, `timeout` passes (empty guard, why() == timeout), or

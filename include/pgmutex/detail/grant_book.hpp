@@ -378,7 +378,7 @@ class GrantBook {
   // trusted_send_: what expire() compares `now` with. The deadline rounded
   // down to the clock's tick, so that `now` below it is before the deadline
   // for sure; none (the largest value) while no grant is held or once it is lost.
-  void note_deadline() noexcept {
+  PGMUTEX_ALWAYS_INLINE void note_deadline() noexcept {
     using tick = typename time_point::duration;
     const auto due = held_ && !lost_ ? std::chrono::floor<tick>(trusted_send_ + lease_).time_since_epoch().count()
                                      : std::numeric_limits<typename tick::rep>::max();

@@ -365,7 +365,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
 
   // Called before an operation takes mutex_: the injected latency, if any.
-  void delay() {
+  PGMUTEX_ALWAYS_INLINE void delay() {
     const std::chrono::nanoseconds latency(latency_.load(std::memory_order_relaxed));
     if (latency > std::chrono::nanoseconds::zero()) [[unlikely]]
       sleeper_(latency);
@@ -451,7 +451,7 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   }
   // Called with mutex_ held: a synchronous commit flushes every earlier one.
   // Only asynchronous heartbeats need the time of it: no clock read otherwise.
-  void flush() {
+  PGMUTEX_ALWAYS_INLINE void flush() {
     if (flush_delay_ > std::chrono::nanoseconds::zero()) [[unlikely]]
       last_flush_ = now();
   }
