@@ -64,7 +64,7 @@ class FaultProxy {
   // The port it listens on (127.0.0.1), for a DSN of one's own (a multi-host one).
   [[nodiscard]] const std::string& port() const noexcept { return port_; }
 
-  // pass | delay MS | reset | freeze | drop-after-listen; returns once the proxy applies it.
+  // pass | delay MS | delay-sync MS | reset | freeze | drop-after-listen; returns once the proxy applies it.
   void set(const std::string& mode) { (void)ask(mode); }
 
   // The mode in force: "pass" once a drop-after-listen has fired.

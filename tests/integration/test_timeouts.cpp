@@ -4,7 +4,9 @@
 // operation's timeout instead of blocking. Timings are not asserted tightly
 // (these machines are noisy): a watchdog fails the test instead of hanging it.
 // [multihost]: a multi-host DSN whose first host froze gives each host its
-// own share of the connect budget, so the second serves.
+// own share of the connect budget, so the second serves. [prepare]: a Parse
+// the server stored but answered with its statement timeout is not prepared
+// twice.
 #include <cstdlib>
 #include <future>
 #include <optional>
@@ -223,6 +225,39 @@ TEST_CASE("the fault proxy itself: reset breaks the connection, delay only slows
   CHECK(broken.error() == Errc::backend_unavailable);
   proxy.set("pass");
   CHECK(b.inspect(LockRef{table, "job"}));
+}
+
+// The server stores a prepared statement at its Parse, but answers only at
+// the Sync behind it: a statement_timeout that fires in between (a slow
+// link, a loaded server) reports an error for a statement that exists, and
+// every later Parse of that name is refused with 42P05 ("already exists").
+TEST_CASE("a statement the server prepared although it answered the Parse with its statement timeout is used, not refused",
+          "[timeouts][statement][prepare]") {
+  const std::string table = fresh_table("halfprep");
+  PostgresBackend direct("");
+  REQUIRE(direct.create_schema(table));
+  FaultProxy proxy;
+  PostgresOptions po;
+  po.reconnect_attempts = 1;
+  PostgresBackend b(proxy.dsn(), po);
+  REQUIRE(b.inspect(LockRef{table, "job"}));  // connected, the table's oid read: only the acquire is left to prepare
+
+  // A 4 s operation: a 3 s statement_timeout (Bound::from), the Sync 3.5 s behind its Parse.
+  const std::string lock = "job";  // outlives the request, which views it
+  AcquireRequest r = request(table, lock, 21);
+  r.timeout = 4s;
+  proxy.set("delay-sync 3500");
+  auto first = bounded([&] { return b.try_acquire(r); }, [&] { proxy.set("reset"); });
+  proxy.set("pass");
+  if (!first) {
+    INFO(first.error().message());
+    CHECK(first.error().detail.find("57014") != std::string::npos);  // the statement timeout, not 42P05
+  }
+  auto won = first ? first : b.try_acquire(r);
+  INFO((won ? std::string() : won.error().message()));
+  REQUIRE(won);
+  CHECK(won->acquired);
+  CHECK(proxy.accepted() == 1);  // one connection throughout: the statement it prepared is the one it runs
 }
 
 TEST_CASE("a connect the operation's deadline cuts short goes on: the next operation takes it up, no new server process",

@@ -18,6 +18,11 @@ it is in force (for every connection, old and new):
     freeze      keep the connections open but read and forward nothing: the
                 kernel still ACKs what the client sends, until its buffers fill,
                 so the client sees a peer that is alive but never answers
+    delay-sync MS
+                forward both ways, but hold back the Sync of a client chunk
+                that is one Parse and its Sync (libpq's PQsendPrepare) for MS
+                milliseconds after the Parse: the server stores the statement,
+                then its statement_timeout can fire while it waits for the Sync
     drop-after-listen
                 forward both ways, but once a client has sent a LISTEN (and had
                 its answer), close that connection (RST) when the client sends
@@ -68,6 +73,17 @@ class Mode:
                 return False
             self._name, self._delay_ms = "pass", 0
             return True
+
+
+SYNC = b"S\x00\x00\x00\x04"
+
+
+def is_parse_and_sync(data):
+    """A chunk that is exactly one Parse message and a Sync (a named statement being prepared)."""
+    if len(data) < 5 + len(SYNC) or data[:1] != b"P" or not data.endswith(SYNC):
+        return False
+    (length,) = struct.unpack("!I", data[1:5])
+    return 1 + length + len(SYNC) == len(data)
 
 
 def reset_close(sock):
@@ -153,6 +169,14 @@ class Pair:
                     self.listened = True
             if name == "delay" and delay_ms > 0:
                 time.sleep(delay_ms / 1000.0)
+            if source is self.client and name == "delay-sync" and is_parse_and_sync(data):
+                try:
+                    sink.sendall(data[:-len(SYNC)])
+                except OSError:
+                    self.close(reset=False)
+                    return
+                time.sleep(delay_ms / 1000.0)
+                data = SYNC
             try:
                 sink.sendall(data)
             except OSError:
@@ -193,10 +217,11 @@ def serve_control(listener, mode, accepted):
             if line and line[0] == "accepted":
                 conn.sendall(("ok " + str(accepted[0]) + "\n").encode())
                 continue
-            if not line or line[0] not in ("pass", "delay", "reset", "freeze", "drop-after-listen"):
-                conn.sendall(b"error: expected pass | delay MS | reset | freeze | drop-after-listen | mode | accepted\n")
+            if not line or line[0] not in ("pass", "delay", "delay-sync", "reset", "freeze", "drop-after-listen"):
+                conn.sendall(b"error: expected pass | delay MS | delay-sync MS | reset | freeze | drop-after-listen"
+                             b" | mode | accepted\n")
                 continue
-            delay_ms = int(line[1]) if line[0] == "delay" and len(line) > 1 else 0
+            delay_ms = int(line[1]) if line[0] in ("delay", "delay-sync") and len(line) > 1 else 0
             mode.set(line[0], delay_ms)
             time.sleep(2 * TICK)  # every pump has looked at the mode since
             conn.sendall(("ok " + line[0] + "\n").encode())

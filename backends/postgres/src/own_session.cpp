@@ -17,6 +17,7 @@ namespace pgmutex::postgres_detail {
 namespace {
 
 constexpr std::size_t max_listened_channels = 64;
+constexpr std::string_view duplicate_prepared_statement = "42P05";
 
 std::string trimmed(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
@@ -206,7 +207,14 @@ Outcome<void> OwnSession::prepare(const Statement& statement, const Bound& bound
   if (unnamed() || prepared_.contains(statement.name)) return {};
   ++statements_;
   auto prepared = connection().prepare(statement.name, statement.sql, bound.deadline);
-  if (!prepared) return tl::unexpected(not_sent(std::move(prepared.error())));
+  // A Parse the server carried out can still be answered with an error: the
+  // statement_timeout fired while the server waited for the Sync behind it
+  // (a slow link, a loaded server). The statement then exists under our name,
+  // and every later Parse of it is refused with 42P05. A name carries a hash
+  // of its table and statement set (sql.cpp), so the one there is this one.
+  if (!prepared && !(prepared.error().kind == StatementFailure::Kind::server &&
+                     prepared.error().sqlstate == duplicate_prepared_statement))
+    return tl::unexpected(not_sent(std::move(prepared.error())));
   prepared_.insert(statement.name);
   return {};
 }
