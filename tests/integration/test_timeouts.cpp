@@ -46,6 +46,15 @@ auto bounded(Operation operation, Unblock unblock) {
   return result;
 }
 
+// The table made directly, and a backend that reaches the server through
+// `proxy`, with one reconnect per operation.
+PostgresBackend backend_through(const FaultProxy& proxy, const std::string& table) {
+  REQUIRE(PostgresBackend("").create_schema(table));
+  PostgresOptions po;
+  po.reconnect_attempts = 1;
+  return PostgresBackend(proxy.dsn(), po);
+}
+
 AcquireRequest request(const std::string& table, const std::string& lock, pgmutex::GrantToken token) {
   return AcquireRequest{LockRef{table, lock}, "holder", 60s, token, 5s};
 }
@@ -206,12 +215,8 @@ TEST_CASE("a frozen server: operations fail within their timeout instead of bloc
 
 TEST_CASE("the fault proxy itself: reset breaks the connection, delay only slows it", "[timeouts][proxy]") {
   const std::string table = fresh_table("proxy");
-  PostgresBackend direct("");
-  REQUIRE(direct.create_schema(table));
   FaultProxy proxy;
-  PostgresOptions po;
-  po.reconnect_attempts = 1;
-  PostgresBackend b(proxy.dsn(), po);
+  PostgresBackend b = backend_through(proxy, table);
   REQUIRE(b.inspect(LockRef{table, "job"}));
 
   proxy.set("delay 300");
@@ -234,12 +239,8 @@ TEST_CASE("the fault proxy itself: reset breaks the connection, delay only slows
 TEST_CASE("a statement the server prepared although it answered the Parse with its statement timeout is used, not refused",
           "[timeouts][statement][prepare]") {
   const std::string table = fresh_table("halfprep");
-  PostgresBackend direct("");
-  REQUIRE(direct.create_schema(table));
   FaultProxy proxy;
-  PostgresOptions po;
-  po.reconnect_attempts = 1;
-  PostgresBackend b(proxy.dsn(), po);
+  PostgresBackend b = backend_through(proxy, table);
   REQUIRE(b.inspect(LockRef{table, "job"}));  // connected, the table's oid read: only the acquire is left to prepare
 
   // A 4 s operation: a 3 s statement_timeout (Bound::from), the Sync 3.5 s behind its Parse.
