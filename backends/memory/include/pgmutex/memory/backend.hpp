@@ -81,12 +81,12 @@ class MemoryBackend {
       out = tl::unexpected(std::move(*error));
       return out;
     }
-    auto found = row_for(request.lock);
-    if (!found) {
-      out = tl::unexpected(std::move(found.error()));
+    Place found = place_for(request.lock);
+    if (found.row == nullptr) [[unlikely]] {
+      out = tl::unexpected(table_error(request.lock));
       return out;
     }
-    MemoryServer::Row& row = *found->row;
+    MemoryServer::Row& row = *found.row;
     const auto now = server_->now();
 
     AcquireResult& result = *out;
@@ -94,10 +94,10 @@ class MemoryBackend {
     const std::uint64_t history = server_->history_.load(std::memory_order_relaxed);
     double grace_left = 0;
     if (history != 0) [[unlikely]]
-      grace_left = server_->failover_grace_left(*found->table, history, request.stale_threshold, now);
+      grace_left = server_->failover_grace_left(*found.table, history, request.stale_threshold, now);
     // A queued try, or a table where someone waits in line: the queue's rules.
-    if ((request.queue_ticket | static_cast<std::int64_t>(found->table->waiting)) != 0) [[unlikely]] {
-      try_in_line(request, *found, history, grace_left, now, result);
+    if ((request.queue_ticket | static_cast<std::int64_t>(found.table->waiting)) != 0) [[unlikely]] {
+      try_in_line(request, found, history, grace_left, now, result);
       if (server_->reply_lost()) out = fail(Errc::outcome_unknown, "reply lost after commit");
       return out;
     }
@@ -117,7 +117,7 @@ class MemoryBackend {
         result.holder = row.instance_id;
         result.holder_age_s = server_->age_seconds(row);
       }
-      grant(row, *found->table, history, request.lock.identity, request.instance_id, request.token,
+      grant(row, *found.table, history, request.lock.identity, request.instance_id, request.token,
             request.stale_threshold, request.holder_details.host, request.holder_details.pid,
             request.holder_details.command, now);
       result.acquired = true;
@@ -417,6 +417,15 @@ class MemoryBackend {
   // names the same lock) or by contents, never by the address of the
   // caller's strings: those may be temporaries that a later call's strings reuse.
   PGMUTEX_ALWAYS_INLINE Result<Place> row_for(const LockRef& lock) {
+    const Place place = place_for(lock);
+    if (place.row == nullptr) [[unlikely]]
+      return tl::unexpected(table_error(lock));
+    return place;
+  }
+  // row_for() for the statements of every cycle (a try, a release): no
+  // Result to build and check. {} if the lock's table is missing
+  // (table_error() says so).
+  PGMUTEX_ALWAYS_INLINE Place place_for(const LockRef& lock) {
     if (cached_.row != nullptr) [[likely]] {
       if (lock.identity != 0 && lock.identity == cached_identity_) [[likely]]
         return cached_;
@@ -425,11 +434,11 @@ class MemoryBackend {
         return cached_;
       }
     }
-    return find_row(lock);
+    return find_place(lock);
   }
-  PGMUTEX_NOINLINE Result<Place> find_row(const LockRef& lock) {
+  PGMUTEX_NOINLINE Place find_place(const LockRef& lock) {
     auto table = server_->table(lock.table);
-    if (!table) return tl::unexpected(table.error());
+    if (!table) return {};
     auto found = (*table)->rows.find(lock.lock_name);
     if (found == (*table)->rows.end())
       found = (*table)->rows.emplace(std::string(lock.lock_name), MemoryServer::Row{}).first;
@@ -438,6 +447,11 @@ class MemoryBackend {
     cached_ = Place{*table, &found->second};
     cached_identity_ = lock.identity;
     return cached_;
+  }
+  // Why place_for() found no row: the lock's table is missing.
+  PGMUTEX_NOINLINE Error table_error(const LockRef& lock) {
+    auto table = server_->table(lock.table);
+    return table ? Error(Errc::backend_error, "table '" + std::string(lock.table) + "' has no row") : table.error();
   }
 
   // The lock's row as it was before `change`, if anyone holds it.
@@ -464,13 +478,14 @@ class MemoryBackend {
       return tl::unexpected(std::move(*hung));
     detail::LightLock lock(server_->mutex_);
     if (auto error = server_->admit(connection_)) return tl::unexpected(std::move(*error));
-    auto found = row_for(key.lock);
-    if (!found) return tl::unexpected(std::move(found.error()));
-    MemoryServer::Row* row = holder_row(*found->row, key);
+    const Place found = place_for(key.lock);
+    if (found.row == nullptr) [[unlikely]]
+      return tl::unexpected(table_error(key.lock));
+    MemoryServer::Row* row = holder_row(*found.row, key);
     if (row == nullptr)
       return fail(Errc::lock_not_held, "lock '" + std::string(key.lock.lock_name) + "' has no row for instance '" +
                                            std::string(key.instance_id) + "' with fence " + std::to_string(key.fence));
-    change(*row, *found->table);
+    change(*row, *found.table);
     if (server_->reply_lost()) return fail(Errc::outcome_unknown, "reply lost after commit");
     return {};
   }
@@ -507,15 +522,17 @@ class MemoryBackend {
                                    std::uint64_t identity, std::string_view instance_id, GrantToken token,
                                    std::chrono::nanoseconds stale, std::string_view host, std::int64_t pid,
                                    std::string_view command, std::chrono::nanoseconds now) {
-    row.present = true;
     // Assigned only when they differ: the same holder acquiring again copies
-    // nothing, and the same mutex (identity) compares nothing either.
+    // nothing, and the same mutex (identity) compares nothing either. Before
+    // the row's first store: a store the compiler cannot tell apart from the
+    // strings' sources would make it load them all first, on every grant.
     if (identity == 0 || row.holder_identity != identity) [[unlikely]] {
       if (!detail::same_text(row.instance_id, instance_id)) row.instance_id.assign(instance_id);
       if (!detail::same_text(row.holder_host, host)) row.holder_host.assign(host);
       if (!detail::same_text(row.holder_command, command)) row.holder_command.assign(command);
       row.holder_identity = identity;
     }
+    row.present = true;
     row.fence = ++table.sequence + static_cast<Fence>(history << 40);
     row.token = token;
     row.stale_threshold = stale;
