@@ -1,3 +1,5 @@
+// The error category's names and messages, Error::message(), and throw_error(),
+// which raises the exception that matches an error (pgmutex/error.hpp).
 #include "pgmutex/error.hpp"
 
 namespace pgmutex {

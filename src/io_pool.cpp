@@ -1,3 +1,6 @@
+// The I/O threads behind ThreadExecutor::post (io_pool.hpp): one more started
+// when every thread is busy; a posted task runs exactly once, or the post throws
+// and it never runs.
 #include "io_pool.hpp"
 
 #include <algorithm>

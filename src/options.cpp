@@ -1,3 +1,5 @@
+// The options' rules (pgmutex/options.hpp): each option checked, an invalid one
+// named in its error, and the defaults filled in.
 #include "pgmutex/options.hpp"
 
 #include <unistd.h>

@@ -1,3 +1,6 @@
+// PrometheusMetrics::render() (pgmutex/metrics/prometheus.hpp): each lock's
+// counters and histograms in the Prometheus text exposition format, their
+// families taken from the one description of LockMetrics.
 #include <type_traits>
 
 #include "pgmutex/describe/lock_metrics.hpp"

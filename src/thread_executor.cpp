@@ -1,3 +1,5 @@
+// ThreadExecutor (pgmutex/executor.hpp): one timer thread for every mutex's
+// wake-ups, and posts to the I/O pool.
 #include <condition_variable>
 #include <map>
 #include <mutex>

@@ -1,3 +1,5 @@
+// The seed of a mutex's grant tokens (pgmutex/detail/token_seed.hpp): the OS's
+// entropy read once per process.
 #include "pgmutex/detail/token_seed.hpp"
 
 #include <atomic>

@@ -1,3 +1,5 @@
+// The flags several subcommands share, and their checks against the library's
+// rules (arguments.hpp).
 #include "arguments.hpp"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// The supervised command (child_process.hpp): forked, held at its gate, exec'd,
+// signalled as a group, reaped.
 #include "child_process.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// The command line (command_line.hpp): every subcommand, its flags and what a
+// parse error prints.
 #include "command_line.hpp"
 
 #include <iostream>

@@ -1,3 +1,5 @@
+// Reaching Postgres (connection.hpp): a connected backend, or a clean exit that
+// says why.
 #include "connection.hpp"
 
 #include <string>

@@ -1,3 +1,5 @@
+// Exit codes per class of failure, and the exception that stops a command with
+// one (exit_codes.hpp).
 #include "exit_codes.hpp"
 
 #include "failure_hints.hpp"

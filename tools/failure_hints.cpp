@@ -1,3 +1,5 @@
+// The fix for a database refusal that retrying cannot fix, as a command or SQL
+// to paste (failure_hints.hpp).
 #include "failure_hints.hpp"
 
 #include <cstdlib>

@@ -1,3 +1,5 @@
+// The guard process (guardian.hpp): it stops the command's process group when
+// pgmutex can no longer be trusted to.
 #include "guardian.hpp"
 
 #include <poll.h>

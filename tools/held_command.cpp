@@ -1,3 +1,5 @@
+// What `run` and `elect` share while a lease is held: the command supervised
+// under it (held_command.hpp).
 #include "held_command.hpp"
 
 #include <algorithm>

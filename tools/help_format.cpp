@@ -1,3 +1,5 @@
+// The layout of --help (help_format.hpp): wrapped at the terminal's width, one
+// usage line per subcommand.
 #include "help_format.hpp"
 
 #include <sys/ioctl.h>

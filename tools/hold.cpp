@@ -1,3 +1,5 @@
+// pgmutex run without a command (hold.hpp): the lock held until whoever started
+// pgmutex lets it go.
 #include "hold.hpp"
 
 #include <poll.h>

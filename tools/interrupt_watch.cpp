@@ -1,3 +1,5 @@
+// Before the command starts, a thread that turns a supervised signal into a
+// cancelled wait (interrupt_watch.hpp).
 #include "interrupt_watch.hpp"
 
 #include <poll.h>

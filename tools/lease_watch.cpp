@@ -1,3 +1,5 @@
+// Each lease deadline the mutex sets, passed on to the guard process
+// (lease_watch.hpp).
 #include "lease_watch.hpp"
 
 #include <algorithm>

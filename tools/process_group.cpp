@@ -1,3 +1,5 @@
+// The command's processes as the kernel groups them: who is left in a group, and
+// reaping (process_group.hpp).
 #include "process_group.hpp"
 
 #include <dirent.h>

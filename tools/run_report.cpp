@@ -1,3 +1,5 @@
+// pgmutex run --metrics-file: what one run did, written for node_exporter's
+// textfile collector (run_report.hpp).
 #include "run_report.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// pgmutex run's safety margin before --stale-threshold runs out, and its checks
+// (safety_margin.hpp).
 #include "safety_margin.hpp"
 
 #include <algorithm>

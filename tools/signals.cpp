@@ -1,3 +1,5 @@
+// Signals without handlers (signals.hpp): blocked in every thread, read from a
+// signalfd.
 #include "signals.hpp"
 
 #include <string.h>

@@ -1,3 +1,5 @@
+// pgmutex status --check NAME: one line and a monitoring plugin's exit code
+// (status_check.hpp).
 #include "status_check.hpp"
 
 #include <cstdio>

@@ -1,3 +1,4 @@
+// What `pgmutex status` shows, as a table or as JSON (status_format.hpp).
 #include "status_format.hpp"
 
 #include <time.h>

@@ -1,3 +1,5 @@
+// The wait loop while the command runs: signals forwarded, children reaped, the
+// group stopped when it must be (supervisor.hpp).
 #include "supervisor.hpp"
 
 #include <poll.h>

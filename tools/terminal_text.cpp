@@ -1,3 +1,5 @@
+// Text for a terminal or a log with its control characters made visible, so no
+// name can forge a line (terminal_text.hpp).
 #include "terminal_text.hpp"
 
 #include <cstdio>

@@ -1,3 +1,5 @@
+// The integration tests' child processes (support.hpp): spawned, read line by
+// line with a deadline, waited for.
 #include "support.hpp"
 
 #include <poll.h>

@@ -413,18 +413,18 @@ class MemoryBackend {
     MemoryServer::Table* table = nullptr;
     MemoryServer::Row* row = nullptr;
   };
-  // The cache is kept by the mutex's identity (LockRef: the same one always
-  // names the same lock) or by contents, never by the address of the
-  // caller's strings: those may be temporaries that a later call's strings reuse.
   PGMUTEX_ALWAYS_INLINE Result<Place> row_for(const LockRef& lock) {
     const Place place = place_for(lock);
     if (place.row == nullptr) [[unlikely]]
       return tl::unexpected(table_error(lock));
     return place;
   }
-  // row_for() for the statements of every cycle (a try, a release): no
+  // row_for() for a plain try and every statement on a holder's row: no
   // Result to build and check. {} if the lock's table is missing
   // (table_error() says so).
+  // The cache is kept by the mutex's identity (LockRef: the same one always
+  // names the same lock) or by contents, never by the address of the
+  // caller's strings: those may be temporaries that a later call's strings reuse.
   PGMUTEX_ALWAYS_INLINE Place place_for(const LockRef& lock) {
     if (cached_.row != nullptr) [[likely]] {
       if (lock.identity != 0 && lock.identity == cached_identity_) [[likely]]
@@ -448,10 +448,13 @@ class MemoryBackend {
     cached_identity_ = lock.identity;
     return cached_;
   }
-  // Why place_for() found no row: the lock's table is missing.
+  // Why place_for() found no row: the lock's table is missing. Asked in the
+  // same hold of the server's mutex as that place_for(), so the table is
+  // still missing (the first branch is not reached; it names the case anyway).
   PGMUTEX_NOINLINE Error table_error(const LockRef& lock) {
     auto table = server_->table(lock.table);
-    return table ? Error(Errc::backend_error, "table '" + std::string(lock.table) + "' has no row") : table.error();
+    return table ? Error(Errc::backend_error, "table '" + std::string(lock.table) + "' has no row")
+                 : std::move(table.error());
   }
 
   // The lock's row as it was before `change`, if anyone holds it.
@@ -524,8 +527,9 @@ class MemoryBackend {
                                    std::string_view command, std::chrono::nanoseconds now) {
     // Assigned only when they differ: the same holder acquiring again copies
     // nothing, and the same mutex (identity) compares nothing either. Before
-    // the row's first store: a store the compiler cannot tell apart from the
-    // strings' sources would make it load them all first, on every grant.
+    // the row's first store: with that store first, GCC 12 loaded every
+    // argument (these strings included) ahead of it and spilled half of them
+    // to the stack, on every grant.
     if (identity == 0 || row.holder_identity != identity) [[unlikely]] {
       if (!detail::same_text(row.instance_id, instance_id)) row.instance_id.assign(instance_id);
       if (!detail::same_text(row.holder_host, host)) row.holder_host.assign(host);
