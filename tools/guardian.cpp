@@ -25,8 +25,11 @@ using std::chrono::nanoseconds;
 // never merged.
 struct Message {
   char kind;
-  std::int64_t value;  // renew: the deadline, in nanoseconds of CLOCK_MONOTONIC
+  std::int64_t value;    // renew, arm: the deadline, in nanoseconds of CLOCK_MONOTONIC (arm: no_time without a lease)
+  std::int64_t lead_ns;  // arm: SIGTERM this long before the deadline
+  std::int64_t target;   // arm: the kill(2) target
 };
+constexpr char arm_kind = 'a';            // pgmutex -> guard: the target, and the lease to enforce
 constexpr char disarm_kind = 'd';         // pgmutex -> guard: nothing of the command runs any more
 constexpr char renew_kind = 'r';          // pgmutex -> guard: the lease runs until `value`
 constexpr char stopped_kind = 's';        // guard -> pgmutex: no renewal came in time, SIGTERM went out
@@ -54,24 +57,25 @@ void say(const char* text) {
 }
 
 // `wait`: block while the socket is full (the guard always reads it soon).
-bool send_message(int fd, char kind, std::int64_t value, bool wait = false) noexcept {
+bool send_message(int fd, char kind, std::int64_t value, bool wait = false, std::int64_t lead_ns = 0,
+                  std::int64_t target = 0) noexcept {
   Message message;
   std::memset(&message, 0, sizeof message);  // no stray padding bytes on the wire
   message.kind = kind;
   message.value = value;
+  message.lead_ns = lead_ns;
+  message.target = target;
   ssize_t n = 0;
   do n = ::send(fd, &message, sizeof message, (wait ? 0 : MSG_DONTWAIT) | MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
   return n == static_cast<ssize_t>(sizeof message);
 }
 
-// What the guard knows of the lease, fixed before the fork.
-struct LeasePlan {
-  bool enforced = false;
-  std::int64_t first_deadline = no_time;
-  std::int64_t lead_ns = 0;
+// What the guard says and waits, fixed before the fork (it may not allocate).
+struct GuardWords {
   std::int64_t grace_ns = 0;
-  const char* line = "";  // said when the guard stops the command for the lease
+  const char* group_line = "";    // said when it stops a process group for the lease
+  const char* command_line = "";  // ... a single process (from a terminal)
 };
 
 int poll_timeout_ms(std::int64_t at, std::int64_t now) {
@@ -83,7 +87,7 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
 
 // The guard's whole life. Only async-signal-safe calls: it was forked from a
 // process with threads, and never execs.
-[[noreturn]] void guard(int own_end, int other_end, pid_t target, const LeasePlan& plan) {
+[[noreturn]] void guard(int own_end, int other_end, const GuardWords& words) {
   sigset_t all;
   sigfillset(&all);
   // Signals for the command's group, or a terminal's Ctrl-C for ours, are not
@@ -104,7 +108,10 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
   if (::close_range(guard_fd + 1, ~0U, 0) != 0)  // before Linux 5.9
     for (int fd = guard_fd + 1; fd < 1024; ++fd) ::close(fd);
 
-  std::int64_t term_at = plan.enforced ? plan.first_deadline - plan.lead_ns : no_time;
+  pid_t target = 0;  // 0: not armed yet, nothing to kill
+  std::int64_t lead_ns = 0;
+  bool enforced = false;  // armed with a lease: renewals move the SIGTERM
+  std::int64_t term_at = no_time;
   std::int64_t kill_at = no_time;
   bool stopping = false;  // SIGTERM went out: the lease is over for us
   for (;;) {
@@ -114,8 +121,8 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
       // must be gone by the deadline. The same escalation as pgmutex's.
       ::kill(target, SIGTERM);
       ::kill(target, SIGCONT);  // a stopped process must wake up to die
-      say(plan.line);
-      kill_at = term_at + plan.grace_ns;
+      say(target < 0 ? words.group_line : words.command_line);
+      kill_at = term_at + words.grace_ns;
       term_at = no_time;
       stopping = true;
       (void)send_message(guard_fd, stopped_kind, 0);
@@ -133,15 +140,23 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
     Message message;
     const ssize_t n = ::recv(guard_fd, &message, sizeof message, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n == static_cast<ssize_t>(sizeof message) && message.kind == disarm_kind) ::_exit(0);
-    if (n == static_cast<ssize_t>(sizeof message) && message.kind == renew_kind) {
+    const bool whole = n == static_cast<ssize_t>(sizeof message);
+    if (whole && message.kind == disarm_kind) ::_exit(0);
+    if (whole && message.kind == arm_kind && target == 0 && message.target != 0) {
+      target = static_cast<pid_t>(message.target);
+      lead_ns = message.lead_ns;
+      enforced = message.value != no_time;
+      if (enforced) term_at = message.value - lead_ns;
+      continue;
+    }
+    if (whole && message.kind == renew_kind) {
       // Once SIGTERM went out the lease is over for us: a late renewal changes nothing.
-      if (plan.enforced && !stopping) term_at = message.value - plan.lead_ns;
+      if (enforced && !stopping) term_at = message.value - lead_ns;
       continue;
     }
     break;  // end of file (or a read error, or garbage: fail safe): pgmutex is gone
   }
-  if (::kill(target, SIGKILL) == 0)
+  if (target != 0 && ::kill(target, SIGKILL) == 0)
     say(target < 0 ? "pgmutex-guard: pgmutex ended without stopping the command: killed its process group with SIGKILL\n"
                    : "pgmutex-guard: pgmutex ended without stopping the command: killed it with SIGKILL\n");
   ::_exit(0);
@@ -149,22 +164,17 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
 
 }  // namespace
 
-Guardian::Guardian(pid_t target, const std::optional<GuardedLease>& lease) {
+Guardian::Guardian(const std::string& lock, std::chrono::nanoseconds grace) {
   // Everything the guard needs is made before the fork: it may not allocate.
-  LeasePlan plan;
-  std::string line;
-  if (lease) {
-    plan.enforced = true;
-    plan.first_deadline = to_monotonic_ns(lease->deadline);
-    plan.lead_ns = lease->lead.count();
-    plan.grace_ns = lease->grace.count();
-    char grace[32];
-    std::snprintf(grace, sizeof grace, "%.1f s", std::chrono::duration<double>(lease->grace).count());
-    line = "pgmutex-guard: no lease renewal from pgmutex for lock '" + lease->lock + "' (pgmutex is stopped or starved): " +
-           (target < 0 ? "its command's process group" : "its command") + " gets SIGTERM now, SIGKILL after " + grace +
-           "\n";
-    plan.line = line.c_str();
-  }
+  char grace_text[32];
+  std::snprintf(grace_text, sizeof grace_text, "%.1f s", std::chrono::duration<double>(grace).count());
+  const auto line = [&](const char* what) {
+    return "pgmutex-guard: no lease renewal from pgmutex for lock '" + lock + "' (pgmutex is stopped or starved): " +
+           what + " gets SIGTERM now, SIGKILL after " + grace_text + "\n";
+  };
+  const std::string group_line = line("its command's process group");
+  const std::string command_line = line("its command");
+  const GuardWords words{.grace_ns = grace.count(), .group_line = group_line.c_str(), .command_line = command_line.c_str()};
   int ends[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0)
     throw std::system_error(errno, std::generic_category(), "socketpair");
@@ -175,18 +185,34 @@ Guardian::Guardian(pid_t target, const std::optional<GuardedLease>& lease) {
     ::close(ends[1]);
     throw std::system_error(error, std::generic_category(), "fork");
   }
-  if (pid_ == 0) guard(ends[0], ends[1], target, plan);
+  if (pid_ == 0) guard(ends[0], ends[1], words);
   // Also from here, so that no stop of our group can come before the guard's own setpgid.
   (void)::setpgid(pid_, pid_);
   ::close(ends[0]);
   socket_ = Fd(ends[1]);
 }
 
-Guardian::~Guardian() {
-  // Closing the socket without a word is what pgmutex's death looks like to
-  // the guard: on an error that ends pgmutex early, the command ends with it.
+bool Guardian::arm(pid_t target, const std::optional<GuardedLease>& lease) noexcept {
   const std::lock_guard lock(socket_mutex_);
-  socket_ = Fd();
+  if (socket_.get() < 0 || exited_ || armed_ || target == 0) return false;
+  // Blocking: the socket is empty, the guard has never been sent anything.
+  armed_ = send_message(socket_.get(), arm_kind, lease ? to_monotonic_ns(lease->deadline) : no_time, /*wait=*/true,
+                        lease ? lease->lead.count() : 0, target);
+  return armed_;
+}
+
+Guardian::~Guardian() {
+  {
+    // Closing the socket without a word is what pgmutex's death looks like to
+    // the guard: on an error that ends pgmutex early, the command ends with it.
+    const std::lock_guard lock(socket_mutex_);
+    socket_ = Fd();
+  }
+  // Not armed (the lock was not granted) or disarmed: it exits at once.
+  if (!armed_ || disarmed_) {
+    disarmed_ = true;
+    reap();
+  }
 }
 
 void Guardian::renew(std::chrono::steady_clock::time_point deadline) noexcept {
@@ -208,17 +234,19 @@ bool Guardian::stopped_for_lease() noexcept {
 }
 
 void Guardian::disarm() noexcept {
-  {
-    const std::lock_guard lock(socket_mutex_);
-    if (socket_.get() < 0) return;
-    if (!exited_) (void)send_message(socket_.get(), disarm_kind, 0, /*wait=*/true);
-    // What the guard said last is still worth knowing.
-    Message message;
-    while (::recv(socket_.get(), &message, sizeof message, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof message))
-      if (message.kind == stopped_kind) stopped_for_lease_ = true;
-    socket_ = Fd();
-  }
-  if (exited_) return;
+  const std::lock_guard lock(socket_mutex_);
+  if (socket_.get() < 0) return;
+  if (!exited_) (void)send_message(socket_.get(), disarm_kind, 0, /*wait=*/true);
+  disarmed_ = true;
+  // What the guard said last is still worth knowing.
+  Message message;
+  while (::recv(socket_.get(), &message, sizeof message, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof message))
+    if (message.kind == stopped_kind) stopped_for_lease_ = true;
+  socket_ = Fd();
+}
+
+void Guardian::reap() noexcept {
+  if (exited_ || !disarmed_ || pid_ <= 0) return;
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }

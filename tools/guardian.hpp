@@ -30,29 +30,41 @@
 
 namespace pgmutex::cli {
 
-// What the guard enforces of the lease: the first deadline, and how it stops
-// the command once a deadline passes unrenewed.
+// What the guard enforces of the lease once armed: the first deadline, and
+// how long before it the command gets SIGTERM.
 struct GuardedLease {
   std::chrono::steady_clock::time_point deadline;  // steady_clock is CLOCK_MONOTONIC
   std::chrono::nanoseconds lead{};                 // SIGTERM this long before the deadline
-  std::chrono::nanoseconds grace{};                // SIGKILL this long after the SIGTERM
-  std::string lock;                                // for the guard's one line on stderr
 };
 
 class Guardian {
  public:
-  // Forks the guard for `target`: a process group (-pgid) or a single pid, as
-  // kill(2) takes it. The guard leads its own process group, not the
-  // command's nor pgmutex's, and blocks every signal it can: only SIGKILL, or
-  // the end of pgmutex, ends it. Async-signal-safe calls only in it: we have
-  // threads. Without `lease`, the guard only watches for pgmutex's end.
-  explicit Guardian(pid_t target, const std::optional<GuardedLease>& lease = std::nullopt);
-  ~Guardian();  // without disarm(): the guard kills the target, as if pgmutex died
+  // Forks the guard, not yet armed: it has no target, and if pgmutex ends
+  // before arm() it exits without killing anything. Forked while pgmutex
+  // waits for the lock, the fork is not on the grant's path: between the
+  // grant and the command's start there is one message. The guard leads its
+  // own process group, not the command's nor pgmutex's, and blocks every
+  // signal it can: only SIGKILL, or the end of pgmutex, ends it. Async-signal-
+  // safe calls only in it: we have threads. `lock` and `grace` are what it
+  // says and waits when it stops the command for the lease (--grace: SIGKILL
+  // this long after its SIGTERM).
+  Guardian(const std::string& lock, std::chrono::nanoseconds grace);
+  // Without disarm(): an armed guard kills its target, as if pgmutex died.
+  // A disarmed or never armed one exits on its own, and is reaped here.
+  ~Guardian();
 
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
 
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+
+  // The guard's target from now on: a process group (-pgid) or a single pid,
+  // as kill(2) takes it, and without `lease` it only watches for pgmutex's
+  // end. Call it before the target may run (the command's gate): once it
+  // returns, pgmutex's end kills the target, since a message queued on the
+  // socket is read before its end of file. False if the guard is gone
+  // (someone killed it while we waited): nothing guards the target then.
+  [[nodiscard]] bool arm(pid_t target, const std::optional<GuardedLease>& lease) noexcept;
 
   // The lease now runs until `deadline`. Any thread; never blocks (a renewal
   // that finds the socket full is dropped: the guard then acts early, never late).
@@ -65,10 +77,14 @@ class Guardian {
   // stopped the command because the lease ran out unrenewed.
   [[nodiscard]] bool stopped_for_lease() noexcept;
 
-  // Call once the target is gone: the guard exits without killing, and is reaped.
+  // Call once the target is gone: the guard exits without killing. It is
+  // not waited for here (the release need not wait for it): reap() does.
   void disarm() noexcept;
+  [[nodiscard]] bool disarmed() const noexcept { return disarmed_; }
+  // Waits for a disarmed guard to exit, unless it was reaped already.
+  void reap() noexcept;
 
-  // The guard ended before disarm() (someone killed it): reaped by our loop.
+  // The guard ended (someone killed it, or it was disarmed): reaped by our loop.
   void record_exit() noexcept { exited_ = true; }
   [[nodiscard]] bool exited() const noexcept { return exited_; }
 
@@ -76,6 +92,8 @@ class Guardian {
   pid_t pid_ = -1;
   std::mutex socket_mutex_;  // renew() may come from the library's threads
   Fd socket_;  // our end; closing it without a word arms the kill
+  bool armed_ = false;
+  bool disarmed_ = false;
   bool exited_ = false;
   bool stopped_for_lease_ = false;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 
 #include "exit_codes.hpp"
 #include "guardian.hpp"
@@ -119,8 +120,13 @@ int hold_for_caller(Holding& holding, SignalReader& signals, RunMetricsFile& rep
   return 0;
 }
 
+std::optional<Guardian> guard_ahead(const HoldArgs& args, const std::vector<std::string>& command, bool waits) {
+  if (!waits || command.empty()) return std::nullopt;
+  return std::optional<Guardian>(std::in_place, shown(args.lock), to_duration(args.grace_s));
+}
+
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
-                   RunMetricsFile& report) {
+                   RunMetricsFile& report, std::optional<Guardian>& guardian) {
   Wakeup lost;
   std::stop_callback on_stop(holding.lost_token, [&lost] { lost.notify(); });
 
@@ -131,16 +137,21 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
   // The guard enforces the lease too: if pgmutex is stopped (SIGSTOP, or not
   // scheduled), no renewal reaches it, and it stops the command in time.
   std::optional<GuardedLease> guarded;
-  const auto lead = command.guard_lead;
-  if (const auto deadline = lease_watch.deadline())
-    guarded = GuardedLease{*deadline, lead, command.grace, shown(command.lock)};
-  Guardian guardian(child.kill_target(), guarded);
-  const LeaseWatchAttachment renewals(lease_watch, guardian);
-  child.set_guard(guardian.pid());
+  if (const auto deadline = lease_watch.deadline()) guarded = GuardedLease{*deadline, command.guard_lead};
+  // Armed before the command passes its gate. One forked while we waited
+  // may have been killed meanwhile: then a new one.
+  if (!guardian || !guardian->arm(child.kill_target(), guarded)) {
+    guardian.reset();
+    guardian.emplace(shown(command.lock), command.grace);
+    if (!guardian->arm(child.kill_target(), guarded))
+      throw std::runtime_error("the guard process ended before it could be armed");
+  }
+  const LeaseWatchAttachment renewals(lease_watch, *guardian);
+  child.set_guard(guardian->pid());
   try {
     child.start();
   } catch (...) {
-    guardian.disarm();  // nothing runs: the child never exec'd and is reaped
+    guardian->disarm();  // nothing runs: the child never exec'd and is reaped
     throw;
   }
 
@@ -152,7 +163,7 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
     // We stop the command ourselves now (SIGKILL after --grace): the guard
     // steps in only if we cannot, a moment after our SIGKILL was due.
     lease_watch.detach();
-    guardian.renew(std::chrono::steady_clock::now() + command.grace + lead + std::chrono::milliseconds(100));
+    guardian->renew(std::chrono::steady_clock::now() + command.grace + command.guard_lead + std::chrono::milliseconds(100));
     std::fprintf(stderr, "pgmutex: %s was lost (%s); stopping the command: SIGTERM now, SIGKILL after %s\n",
                  holding.what.c_str(), holding.loss_cause().c_str(), grace.c_str());
   };
@@ -179,10 +190,10 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
     if (command.quiet) return;
     std::fprintf(stderr,
                  "pgmutex: warning: the guard process (pid %d) ended: if pgmutex dies now, nothing stops the command\n",
-                 static_cast<int>(guardian.pid()));
+                 static_cast<int>(guardian->pid()));
   };
-  const auto outcome = supervise(child, guardian, signals, lost, command.grace, events);
-  guardian.disarm();  // nothing of the command runs any more
+  const auto outcome = supervise(child, *guardian, signals, lost, command.grace, events);
+  guardian->disarm();  // nothing of the command runs any more
 
   // Lost while the command ran, even if the command ended in the same moment:
   // it may have run beside another holder, and the exit code says so.
@@ -199,6 +210,7 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
   }
   // A failed release leaves a row that goes stale: the exit code is the command's.
   warn_if_failed(holding, holding.let_go(), command.quiet);
+  guardian->reap();  // after the release: waiting for it is not on the next holder's path
   return outcome.exit_code;
 }
 

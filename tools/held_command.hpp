@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 
 #include "arguments.hpp"
 #include "child_process.hpp"
+#include "guardian.hpp"
 #include "hold.hpp"
 #include "lease_watch.hpp"
 #include "lock_events.hpp"
@@ -75,12 +77,19 @@ struct SupervisedCommand {
   bool quiet = false;
 };
 
+// The guard process forked before the wait for the lock (guardian.hpp), if
+// there will be a command to guard and the lock may take a while: a try
+// that fails at once needs none.
+[[nodiscard]] std::optional<Guardian> guard_ahead(const HoldArgs& args, const std::vector<std::string>& command,
+                                                  bool waits);
+
 // Runs the command while `holding` is held, supervised: signals forwarded to
-// its process group, its leftovers stopped, the guard process armed with the
-// lease deadlines `lease_watch` receives. Lets go once nothing of it runs.
-// Returns its exit code; throws Exit(lost) if the lease was lost meanwhile.
+// its process group, its leftovers stopped, the guard process (`guardian`,
+// forked ahead by guard_ahead(), or here) armed with the lease deadlines
+// `lease_watch` receives. Lets go once nothing of it runs. Returns its exit
+// code; throws Exit(lost) if the lease was lost meanwhile.
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
-                   RunMetricsFile& report);
+                   RunMetricsFile& report, std::optional<Guardian>& guardian);
 
 // No command: holds until a signal (or with HoldInput::watched the end of
 // stdin) lets go, then lets go and returns 0; throws Exit(lost) if the lease

@@ -54,7 +54,8 @@ class Supervision {
         if (!child_.own_process_group()) guardian_.disarm();
       } else if (pid == guardian_.pid() && !guardian_.exited()) {
         guardian_.record_exit();
-        if (events_.guardian_died) events_.guardian_died();
+        // Disarmed, it was told to exit: only an early end is news.
+        if (!guardian_.disarmed() && events_.guardian_died) events_.guardian_died();
       }
       // Anything else: an orphan of the command, reparented to us. Reaping it
       // is all there is to do: its zombie would keep the group alive.

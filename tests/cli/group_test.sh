@@ -138,4 +138,81 @@ else
   fi
 fi
 
+# --- a waiter's guard: forked before the wait, armed at the grant ------------
+# guard_of PID: the pgmutex-guard child of pgmutex PID, if any.
+guard_of() { ps -o pid=,comm= --ppid "$1" | awk '$2 == "pgmutex-guard" { print $1 }'; }
+# wait_guard PID [NOT]: prints the guard of PID once it has one (other than NOT).
+wait_guard() {
+  local waited=0 guard
+  while ((waited < 200)); do
+    guard=$(guard_of "$1")
+    [[ -n "$guard" && "$guard" != "${2:-}" ]] && { echo "$guard"; return 0; }
+    sleep 0.05
+    waited=$((waited + 1))
+  done
+  return 1
+}
+"$PGMUTEX" run --table "$TABLE" --lock ahead -- sh -c 'echo held >"$1"; while [ ! -e "$0" ]; do sleep 0.05; done' \
+  "$WORK/ahead-go" "$WORK/ahead-held" >/dev/null 2>"$WORK/ahead-holder.err" &
+ahead_holder=$!
+background_pids+=("$ahead_holder")
+wait_for_file "$WORK/ahead-held"
+"$PGMUTEX" run --table "$TABLE" --lock ahead --wait -- sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0"; sleep 77 & wait' \
+  "$WORK/ahead-cmd" >/dev/null 2>"$WORK/ahead-waiter.err" &
+ahead_waiter=$!
+background_pids+=("$ahead_waiter")
+if early_guard=$(wait_guard "$ahead_waiter"); then
+  pass "a waiting run has its guard process before the grant (pid $early_guard)"
+else
+  fail "no pgmutex-guard child of the waiting pgmutex $ahead_waiter"
+fi
+# Killed while it waits, unarmed: the grant forks another one.
+[[ -z "$early_guard" ]] || kill -KILL "$early_guard"
+touch "$WORK/ahead-go"
+wait_for_file "$WORK/ahead-cmd"
+if late_guard=$(wait_guard "$ahead_waiter" "$early_guard"); then
+  pass "the guard killed during the wait was replaced at the grant (pid $late_guard)"
+else
+  fail "the command runs without a guard after its first one was killed during the wait"
+fi
+lacks "$WORK/ahead-waiter.err" "guard process" "no warning about the replaced guard"
+ahead_cmd=$(cat "$WORK/ahead-cmd")
+ahead_sleeper=$(pgrep -P "$ahead_cmd")
+kill -KILL "$ahead_waiter"
+wait "$ahead_waiter" 2>/dev/null
+for pid in $ahead_cmd $ahead_sleeper; do
+  if wait_dead "$pid" 5; then pass "pid $pid died with the SIGKILLed pgmutex (the replacement guard)"; else
+    fail "pid $pid outlived the SIGKILLed pgmutex: the replacement guard did not kill it"
+    kill -KILL "$pid" 2>/dev/null
+  fi
+done
+wait_exit "$ahead_holder" 10
+
+# A waiter that never gets the lock: its guard ends with it, killed or timed out.
+"$PGMUTEX" run --table "$TABLE" --lock ahead-2 -- sh -c 'echo held >"$0"; sleep 30' "$WORK/ahead-2-held" >/dev/null 2>&1 &
+ahead_holder=$!
+background_pids+=("$ahead_holder")
+wait_for_file "$WORK/ahead-2-held"
+for how in SIGKILL timeout; do
+  "$PGMUTEX" run --table "$TABLE" --lock ahead-2 -w 1.5 -- touch "$WORK/ahead-2-ran" >/dev/null 2>&1 &
+  ahead_waiter=$!
+  background_pids+=("$ahead_waiter")
+  waiting_guard=$(wait_guard "$ahead_waiter")
+  if [[ $how == SIGKILL ]]; then
+    kill -KILL "$ahead_waiter"
+    wait "$ahead_waiter" 2>/dev/null
+  else
+    wait_exit "$ahead_waiter" 10
+    equal "$EXIT" "75" "the timed-out waiter exits 75"
+  fi
+  if [[ -n "$waiting_guard" ]] && wait_dead "$waiting_guard" 5; then
+    pass "the guard of a waiter that ends by $how, never granted, ends with it"
+  else
+    fail "the guard ($waiting_guard) of a waiter that ended by $how outlived it"
+  fi
+done
+[[ ! -e "$WORK/ahead-2-ran" ]] && pass "neither waiter ran its command" || fail "a waiter that was never granted ran its command"
+kill -TERM "$ahead_holder"
+wait_exit "$ahead_holder" 10
+
 finish
