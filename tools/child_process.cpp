@@ -6,9 +6,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
@@ -21,17 +25,24 @@ extern char** environ;
 namespace pgmutex::cli {
 namespace {
 
-// Our environment, minus the variables we override, plus the overrides.
+// Our environment, minus the variables we override, plus the overrides; a
+// late one as NAME= and room for its value, filled in the child.
 std::vector<std::string> child_environment(const EnvironmentOverrides& overrides) {
-  std::vector<std::string> entries;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    bool overridden = false;
+  const auto overridden = [&](std::string_view text) {
+    const auto named = [&](const std::string& name) {
+      return text.size() > name.size() && text.starts_with(name) && text[name.size()] == '=';
+    };
     for (const auto& [name, value] : overrides.variables)
-      overridden = overridden || (text.size() > name.size() && text.starts_with(name) && text[name.size()] == '=');
-    if (!overridden) entries.emplace_back(text);
-  }
+      if (named(name)) return true;
+    for (const auto& name : overrides.late)
+      if (named(name)) return true;
+    return false;
+  };
+  std::vector<std::string> entries;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry)
+    if (const std::string_view text(*entry); !overridden(text)) entries.emplace_back(text);
   for (const auto& [name, value] : overrides.variables) entries.push_back(name + "=" + value);
+  for (const auto& name : overrides.late) entries.push_back(name + "=" + std::string(late_value_room, '\0'));
   return entries;
 }
 
@@ -62,7 +73,15 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
   std::vector<std::string> env = child_environment(overrides);
   std::vector<char*> arg_pointers = as_argv(args);
   std::vector<char*> env_pointers = as_argv(env);
-
+  // Where the child writes the late values: after NAME= of the last entries.
+  late_count_ = overrides.late.size();
+  std::vector<char*> late_slots;
+  for (std::size_t i = 0; i < late_count_; ++i) {
+    std::string& entry = env[env.size() - late_count_ + i];
+    late_slots.push_back(entry.data() + overrides.late[i].size() + 1);
+  }
+  // What start() writes to the gate: a byte, then each late value in its room.
+  std::vector<char> go(1 + late_count_ * late_value_room);
   // fork + exec rather than posix_spawn, for the gate: the child must not run
   // the command before the guard that kills its group if pgmutex dies is in
   // place, and the guard needs the group's id, which only the fork gives. A
@@ -87,11 +106,27 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
     ::close(gate[1]);
     ::close(report[0]);
     if (own_group_) ::setpgid(0, 0);
-    char go = 0;
-    ssize_t got = 0;
-    do got = ::read(gate[0], &go, 1);
-    while (got < 0 && errno == EINTR);
-    if (got != 1) ::_exit(exit_code::internal);  // pgmutex ended before start()
+    // The whole message, or pgmutex ended before start(): it is written at
+    // once (under PIPE_BUF), but may be read in parts.
+    std::size_t got = 0;
+    while (got < go.size()) {
+      const ssize_t n = ::read(gate[0], go.data() + got, go.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) ::_exit(exit_code::internal);
+      got += static_cast<std::size_t>(n);
+    }
+    for (std::size_t i = 0; i < late_count_; ++i)
+      ::memcpy(late_slots[i], go.data() + 1 + i * late_value_room, late_value_room);
+    // What reached us at the gate was for the waiting pgmutex, which acted on
+    // it (from a terminal we share its group: a Ctrl-Z, a SIGUSR1 to the
+    // group while it waited). Still pending here, each would reach the
+    // command the moment it starts: none is the command's.
+    sigset_t pending;
+    if (::sigpending(&pending) == 0) {
+      const timespec none{};
+      while (::sigtimedwait(&pending, nullptr, &none) > 0) {
+      }
+    }
     // We block the supervised signals to read them; the command starts with
     // the mask we had before. Dispositions pass through exec untouched: a
     // signal ignored for us (nohup's SIGHUP) stays ignored, as a shell has it.
@@ -117,12 +152,26 @@ ChildProcess::~ChildProcess() {
   }
 }
 
-void ChildProcess::start() {
-  const char go = 1;
+void ChildProcess::start(const std::vector<std::string>& late_values) {
+  if (late_values.size() != late_count_)
+    throw std::invalid_argument("the command needs " + std::to_string(late_count_) + " late environment values, not " +
+                                std::to_string(late_values.size()));
+  // Each value NUL-terminated in its room (the room was NULs already).
+  std::vector<char> go(1 + late_count_ * late_value_room, '\0');
+  go[0] = 1;
+  for (std::size_t i = 0; i < late_values.size(); ++i) {
+    const std::string& value = late_values[i];
+    if (value.size() >= late_value_room || value.find('\0') != std::string::npos)
+      throw std::invalid_argument("a late environment value has " + std::to_string(value.size()) +
+                                  " bytes or a NUL: at most " + std::to_string(late_value_room - 1) + ", no NUL");
+    std::copy(value.begin(), value.end(), go.begin() + 1 + static_cast<std::ptrdiff_t>(i * late_value_room));
+  }
+  if (go.size() > PIPE_BUF) throw std::invalid_argument("too many late environment values for one write to the gate");
   ssize_t n = 0;
-  do n = ::write(gate_.get(), &go, 1);
+  do n = ::write(gate_.get(), go.data(), go.size());
   while (n < 0 && errno == EINTR);
-  if (n != 1) throw std::system_error(errno, std::generic_category(), "write to the child's start gate");
+  if (n != static_cast<ssize_t>(go.size()))
+    throw std::system_error(errno, std::generic_category(), "write to the child's start gate");
   gate_ = Fd();
   const int error = exec_error(report_.get());
   report_ = Fd();

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,7 +16,14 @@ namespace pgmutex::cli {
 // NAME=value entries to set in the child's environment, on top of ours.
 struct EnvironmentOverrides {
   std::vector<std::pair<std::string, std::string>> variables;
+  // Names whose values are known only once the lock is granted (the fence):
+  // their room is reserved before the fork, and start() fills it.
+  std::vector<std::string> late;
 };
+
+// The room of a late value, its NUL included: an instance id has at most 64
+// characters of up to 4 bytes, a fence at most 20 digits.
+inline constexpr std::size_t late_value_room = 512;
 
 class ChildProcess {
  public:
@@ -36,9 +44,11 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Lets the child exec. Throws Exit: 127 if the command is not found, 126 if
-  // it cannot be executed (the child is reaped then).
-  void start();
+  // Lets the child exec, with `late_values` (one per name of overrides.late,
+  // in order) in its environment. Throws Exit: 127 if the command is not
+  // found, 126 if it cannot be executed (the child is reaped then);
+  // std::invalid_argument for late values that do not fit.
+  void start(const std::vector<std::string>& late_values = {});
 
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] bool own_process_group() const noexcept { return own_group_; }
@@ -72,6 +82,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   bool own_group_ = false;
   pid_t guard_ = -1;
+  std::size_t late_count_ = 0;
   Fd gate_;    // the write end of the pipe the child waits on before exec
   Fd report_;  // the read end of the pipe a failed exec writes its errno to
   std::optional<int> exit_code_;

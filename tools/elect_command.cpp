@@ -95,9 +95,16 @@ int execute(ElectArgs& args, const CLI::Option& value) {
   // Before any thread exists, so that every thread inherits the mask.
   block_supervised_signals();
   SignalReader signals;
-  // Forked before the wait, and before any thread: a fork is cheaper now than
-  // between the grant and the command.
-  std::optional<Guardian> guardian = guard_ahead(args, args.command, /*waits=*/true);
+  SupervisedCommand command{
+      .argv = args.command,
+      .environment = {.variables = {{"PGMUTEX_LOCK", args.lock}, {"PGMUTEX_VALUE", args.value}},
+                      .late = {"PGMUTEX_FENCE", "PGMUTEX_TERM", "PGMUTEX_INSTANCE"}},
+      .grace = to_duration(args.grace_s),
+      .lock = args.lock,
+      .quiet = args.quiet,
+  };
+  // A campaign may wait: the command's child and its guard, forked now (held_command.hpp).
+  ForkedAhead ahead(command, /*waits=*/true);
   RunMetricsFile report("", args.lock, args.instance_id);  // elect writes no metrics file
   InterruptWatch interrupts(signals);
 
@@ -125,19 +132,9 @@ int execute(ElectArgs& args, const CLI::Option& value) {
     return hold_for_caller(holding, signals, report, args.quiet, HoldInput::ignored);
   }
 
-  SupervisedCommand command{
-      .argv = args.command,
-      .environment = {{{"PGMUTEX_LOCK", args.lock},
-                       {"PGMUTEX_FENCE", term},
-                       {"PGMUTEX_INSTANCE", election.options().instance_id},
-                       {"PGMUTEX_TERM", term},
-                       {"PGMUTEX_VALUE", args.value}}},
-      .grace = to_duration(args.grace_s),
-      .guard_lead = guard_lead(election.options(), to_duration(args.grace_s)),
-      .lock = args.lock,
-      .quiet = args.quiet,
-  };
-  return run_supervised(holding, command, lease_watch, signals, report, guardian);
+  command.guard_lead = guard_lead(election.options(), command.grace);
+  command.late_values = {term, term, election.options().instance_id};
+  return run_supervised(holding, command, lease_watch, signals, report, ahead);
 }
 
 }  // namespace

@@ -120,20 +120,26 @@ int hold_for_caller(Holding& holding, SignalReader& signals, RunMetricsFile& rep
   return 0;
 }
 
-std::optional<Guardian> guard_ahead(const HoldArgs& args, const std::vector<std::string>& command, bool waits) {
-  if (!waits || command.empty()) return std::nullopt;
-  return std::optional<Guardian>(std::in_place, shown(args.lock), to_duration(args.grace_s));
-}
-
-int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
-                   RunMetricsFile& report, std::optional<Guardian>& guardian) {
-  Wakeup lost;
-  std::stop_callback on_stop(holding.lost_token, [&lost] { lost.notify(); });
-
+ForkedAhead::ForkedAhead(const SupervisedCommand& command, bool waits) {
+  if (!waits || command.argv.empty()) return;
   // What the command leaves behind becomes our child, so that we can reap it
   // and see its group empty before the lock goes.
   become_subreaper();
-  ChildProcess child(command.argv, command.environment, !in_terminal_foreground());
+  child.emplace(command.argv, command.environment, !in_terminal_foreground());
+  guardian.emplace(shown(command.lock), command.grace);
+}
+
+int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
+                   RunMetricsFile& report, ForkedAhead& ahead) {
+  Wakeup lost;
+  std::stop_callback on_stop(holding.lost_token, [&lost] { lost.notify(); });
+
+  if (!ahead.child) {
+    become_subreaper();
+    ahead.child.emplace(command.argv, command.environment, !in_terminal_foreground());
+  }
+  ChildProcess& child = *ahead.child;
+  std::optional<Guardian>& guardian = ahead.guardian;
   // The guard enforces the lease too: if pgmutex is stopped (SIGSTOP, or not
   // scheduled), no renewal reaches it, and it stops the command in time.
   std::optional<GuardedLease> guarded;
@@ -149,7 +155,7 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
   const LeaseWatchAttachment renewals(lease_watch, *guardian);
   child.set_guard(guardian->pid());
   try {
-    child.start();
+    child.start(command.late_values);
   } catch (...) {
     guardian->disarm();  // nothing runs: the child never exec'd and is reaped
     throw;

@@ -70,26 +70,36 @@ struct Holding {
 
 struct SupervisedCommand {
   std::vector<std::string> argv;
-  EnvironmentOverrides environment;
+  EnvironmentOverrides environment;       // its late names get late_values
   std::chrono::nanoseconds grace{};
-  std::chrono::nanoseconds guard_lead{};  // guard_lead(options, grace)
-  std::string lock;                       // the name the guard process says it stopped the command for
+  std::string lock;  // the name the guard process says it stopped the command for
   bool quiet = false;
+  // Known only later: set before run_supervised().
+  std::chrono::nanoseconds guard_lead{};  // guard_lead(options, grace), once the options are known
+  std::vector<std::string> late_values{};  // once granted: the fence, ...
 };
 
-// The guard process forked before the wait for the lock (guardian.hpp), if
-// there will be a command to guard and the lock may take a while: a try
-// that fails at once needs none.
-[[nodiscard]] std::optional<Guardian> guard_ahead(const HoldArgs& args, const std::vector<std::string>& command,
-                                                  bool waits);
+// The command's processes, forked before the wait for the lock if there will
+// be a command and the lock may take a while (a try that fails at once needs
+// none): the child, held at its gate, and the guard process (guardian.hpp),
+// not yet armed. Construct it before any thread and before the connection:
+// the forks are cheapest then, the child holds none of our sockets while it
+// waits, and neither fork is on the path from the grant to the command.
+// If pgmutex ends before the grant, both exit: nothing runs, nothing is killed.
+class ForkedAhead {
+ public:
+  ForkedAhead(const SupervisedCommand& command, bool waits);
+  std::optional<ChildProcess> child;
+  std::optional<Guardian> guardian;
+};
 
 // Runs the command while `holding` is held, supervised: signals forwarded to
-// its process group, its leftovers stopped, the guard process (`guardian`,
-// forked ahead by guard_ahead(), or here) armed with the lease deadlines
-// `lease_watch` receives. Lets go once nothing of it runs. Returns its exit
+// its process group, its leftovers stopped, the guard process armed with the
+// lease deadlines `lease_watch` receives. What `ahead` holds is used, what it
+// does not is forked now. Lets go once nothing of it runs. Returns its exit
 // code; throws Exit(lost) if the lease was lost meanwhile.
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
-                   RunMetricsFile& report, std::optional<Guardian>& guardian);
+                   RunMetricsFile& report, ForkedAhead& ahead);
 
 // No command: holds until a signal (or with HoldInput::watched the end of
 // stdin) lets go, then lets go and returns 0; throws Exit(lost) if the lease

@@ -144,9 +144,15 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   // Before any thread exists, so that every thread inherits the mask.
   block_supervised_signals();
   SignalReader signals;
-  // Forked before the wait, and before any thread: a fork is cheaper now than
-  // between the grant and the command.
-  std::optional<Guardian> guardian = guard_ahead(args, args.command, args.wait);
+  SupervisedCommand command{
+      .argv = args.command,
+      .environment = {.variables = {{"PGMUTEX_LOCK", args.lock}}, .late = {"PGMUTEX_FENCE", "PGMUTEX_INSTANCE"}},
+      .grace = to_duration(args.grace_s),
+      .lock = args.lock,
+      .quiet = args.quiet,
+  };
+  // With --wait: the command's child and its guard, forked now (held_command.hpp).
+  ForkedAhead ahead(command, args.wait);
   InterruptWatch interrupts(signals, [&report](int code) { report.write(code); });
 
   // A heartbeat stuck in the network (its statement, then one reconnect)
@@ -184,17 +190,9 @@ int execute(RunArgs& args, RunMetricsFile& report) {
     return hold_for_caller(holding, signals, report, args.quiet, HoldInput::watched);
   }
 
-  SupervisedCommand command{
-      .argv = args.command,
-      .environment = {{{"PGMUTEX_LOCK", args.lock},
-                       {"PGMUTEX_FENCE", std::to_string(guard.fence())},
-                       {"PGMUTEX_INSTANCE", std::string(mutex.instance_id())}}},
-      .grace = to_duration(args.grace_s),
-      .guard_lead = guard_lead(mutex.options(), to_duration(args.grace_s)),
-      .lock = args.lock,
-      .quiet = args.quiet,
-  };
-  return run_supervised(holding, command, lease_watch, signals, report, guardian);
+  command.guard_lead = guard_lead(mutex.options(), command.grace);
+  command.late_values = {std::to_string(guard.fence()), std::string(mutex.instance_id())};
+  return run_supervised(holding, command, lease_watch, signals, report, ahead);
 }
 
 }  // namespace

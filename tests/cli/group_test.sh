@@ -99,6 +99,38 @@ if running "$tty_left"; then fail "the terminal run's leftover outlived pgmutex"
   pass "the terminal run's leftover is dead when pgmutex exits"; fi
 contains "$OUT" "killed the command's leftover processes with SIGKILL" "the terminal run says so"
 
+# From a terminal the gated child shares pgmutex's group while pgmutex waits
+# (and drops what reached it there: pgmutex acted on it). The command starts
+# once the lock comes, in that group; a resized terminal meanwhile changes nothing.
+"$PGMUTEX" run --table "$TABLE" --lock tty-wait -- sh -c 'echo held >"$0"; while [ ! -e "$0.go" ]; do sleep 0.05; done' \
+  "$WORK/tty-wait-held" >/dev/null 2>&1 &
+tty_holder=$!
+background_pids+=("$tty_holder")
+wait_for_file "$WORK/tty-wait-held"
+printf '#!/bin/sh\nexec "%s" run --table "%s" --lock tty-wait --wait -- sh -c '"'"'echo "the command ran"'"'"'\n' \
+  "$PGMUTEX" "$TABLE" >"$WORK/tty-wait"
+chmod +x "$WORK/tty-wait"
+script -qec "$WORK/tty-wait" /dev/null >"$WORK/tty-wait.out" 2>&1 &
+tty_script=$!
+background_pids+=("$tty_script")
+tty_waiter=""
+for _ in $(seq 200); do
+  tty_waiter=$(pgrep -f -- "--lock tty-wait --wait" | head -1)
+  [[ -n "$tty_waiter" && -n "$(ps -o pid= --ppid "$tty_waiter")" ]] && break
+  sleep 0.05
+done
+if [[ -z "$tty_waiter" ]]; then
+  fail "the terminal's waiter did not start"
+else
+  sleep 0.3
+  kill -WINCH -- "-$(ps -o pgid= -p "$tty_waiter" | tr -d ' ')"
+  sleep 0.3
+  touch "$WORK/tty-wait-held.go"
+  wait_exit "$tty_script" 15
+  contains "$WORK/tty-wait.out" "the command ran" "a terminal's waiter runs its command once granted"
+fi
+wait_exit "$tty_holder" 10
+
 # --- pgmutex SIGKILLed: the command dies even after changing its user --------
 # PR_SET_PDEATHSIG does not survive a change of user; the guard process does.
 if [[ $(id -u) != 0 ]]; then
@@ -138,7 +170,7 @@ else
   fi
 fi
 
-# --- a waiter's guard: forked before the wait, armed at the grant ------------
+# --- a waiter's child and guard: forked before the wait, let go at the grant -
 # guard_of PID: the pgmutex-guard child of pgmutex PID, if any.
 guard_of() { ps -o pid=,comm= --ppid "$1" | awk '$2 == "pgmutex-guard" { print $1 }'; }
 # wait_guard PID [NOT]: prints the guard of PID once it has one (other than NOT).
@@ -157,7 +189,10 @@ wait_guard() {
 ahead_holder=$!
 background_pids+=("$ahead_holder")
 wait_for_file "$WORK/ahead-held"
-"$PGMUTEX" run --table "$TABLE" --lock ahead --wait -- sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0"; sleep 77 & wait' \
+# Its environment is filled at the grant (the fence, the instance): a stale
+# PGMUTEX_FENCE of its own (a nested run) must not get through.
+PGMUTEX_FENCE=stale "$PGMUTEX" run --table "$TABLE" --lock ahead --wait --instance-id waiter-ahead -- \
+  sh -c 'echo "$PGMUTEX_FENCE $PGMUTEX_INSTANCE $PGMUTEX_LOCK" >"$0.env"; echo $$ >"$0.tmp" && mv "$0.tmp" "$0"; sleep 77 & wait' \
   "$WORK/ahead-cmd" >/dev/null 2>"$WORK/ahead-waiter.err" &
 ahead_waiter=$!
 background_pids+=("$ahead_waiter")
@@ -176,6 +211,12 @@ else
   fail "the command runs without a guard after its first one was killed during the wait"
 fi
 lacks "$WORK/ahead-waiter.err" "guard process" "no warning about the replaced guard"
+read -r ahead_fence ahead_instance ahead_lock <"$WORK/ahead-cmd.env"
+[[ "$ahead_fence" =~ ^[0-9]+$ ]] && pass "the waiter's command got its fence at the grant ($ahead_fence)" ||
+  fail "the waiter's command got PGMUTEX_FENCE '$ahead_fence'"
+equal "$ahead_instance $ahead_lock" "waiter-ahead ahead" "and its PGMUTEX_INSTANCE and PGMUTEX_LOCK"
+expect 0 "status of the lock held by the waiter" pgm status ahead --json
+contains "$OUT" "\"fence\": $ahead_fence" "the fence the command got is the lock's"
 ahead_cmd=$(cat "$WORK/ahead-cmd")
 ahead_sleeper=$(pgrep -P "$ahead_cmd")
 kill -KILL "$ahead_waiter"
@@ -198,6 +239,10 @@ for how in SIGKILL timeout; do
   ahead_waiter=$!
   background_pids+=("$ahead_waiter")
   waiting_guard=$(wait_guard "$ahead_waiter")
+  # Its gated command child, forked with the guard before the wait.
+  waiting_child=$(ps -o pid=,comm= --ppid "$ahead_waiter" | awk '$2 != "pgmutex-guard" { print $1 }')
+  [[ -n "$waiting_child" ]] && pass "the waiter ($how) forked its command's child before the grant" ||
+    fail "the waiter ($how) has no child but its guard before the grant"
   if [[ $how == SIGKILL ]]; then
     kill -KILL "$ahead_waiter"
     wait "$ahead_waiter" 2>/dev/null
@@ -209,6 +254,11 @@ for how in SIGKILL timeout; do
     pass "the guard of a waiter that ends by $how, never granted, ends with it"
   else
     fail "the guard ($waiting_guard) of a waiter that ended by $how outlived it"
+  fi
+  if [[ -n "$waiting_child" ]] && wait_dead "$waiting_child" 5; then
+    pass "its command's child, never let through its gate, ends with it"
+  else
+    fail "the gated child ($waiting_child) of a waiter that ended by $how outlived it"
   fi
 done
 [[ ! -e "$WORK/ahead-2-ran" ]] && pass "neither waiter ran its command" || fail "a waiter that was never granted ran its command"
