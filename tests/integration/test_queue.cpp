@@ -133,13 +133,16 @@ TEST_CASE("a release offers the lock to the head alone; the waiters behind it ma
   // (1.05 s with the default 1 s was once reached on a loaded machine).
   for (int i = 0; i < 6; ++i) waiters.push_back(queue_child(table, "w" + std::to_string(i), 1000, 60000, 1700));
   // Each waiter's enqueue is followed at once by the Parse of its handoff's
-  // statements (the queued try, then the release), made while it waits.
-  // Not checked for w0 and w1, the head and runner-up: on a slow machine they
-  // may already have looked once (the silent holder passed their alert
-  // threshold), which replaced that last statement.
+  // statements (the confirm, the queued try, the release), made while it
+  // waits, and on these fresh connections by the release planned once
+  // (EXPLAIN EXECUTE, the last statement). Not checked for w0 and w1, the
+  // head and runner-up: on a slow machine they may already have looked once
+  // (the silent holder passed their alert threshold), which replaced that
+  // last statement.
   REQUIRE(eventually([&] {
     return scalar("SELECT count(*) FROM " + table + "_queue AS q JOIN pg_stat_activity AS a ON a.pid = q.waiter_pid "
-                  "WHERE q.instance_id NOT IN ('w0', 'w1') AND a.state = 'idle' AND a.query LIKE '%offer AS (UPDATE%'") == 4;
+                  "WHERE q.instance_id NOT IN ('w0', 'w1') AND a.state = 'idle' "
+                  "AND a.query LIKE 'EXPLAIN (COSTS OFF) EXECUTE pgmutex\\_release\\_%(NULL, NULL, NULL, NULL, NULL, NULL)'") == 4;
   }));
   const std::string released_at = admin("SELECT clock_timestamp()::text")[0][0].as<std::string>();
   holder.release();

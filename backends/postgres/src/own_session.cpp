@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include <libpq-fe.h>
@@ -31,6 +32,17 @@ StatementFailure not_sent(StatementFailure failure) {
   return failure;
 }
 
+// The highest $N in `sql`: how many parameters a statement takes.
+int highest_parameter(std::string_view sql) {
+  int highest = 0;
+  for (std::size_t at = sql.find('$'); at != std::string_view::npos; at = sql.find('$', at + 1)) {
+    int n = 0;
+    for (std::size_t i = at + 1; i < sql.size() && sql[i] >= '0' && sql[i] <= '9'; ++i) n = n * 10 + (sql[i] - '0');
+    highest = std::max(highest, n);
+  }
+  return highest;
+}
+
 }  // namespace
 
 OwnSession::OwnSession(std::string conninfo, std::string redacted, std::vector<std::string> secrets,
@@ -40,6 +52,7 @@ OwnSession::OwnSession(std::string conninfo, std::string redacted, std::vector<s
 void OwnSession::drop() noexcept {
   connection_.reset();
   prepared_.clear();
+  planned_.clear();
   oids_.clear();
   listening_.clear();
   statement_timeout_ms_ = -1;
@@ -200,7 +213,9 @@ Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std:
                                           bound.deadline);
   if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
   if (auto prepared = prepare(statement, bound); !prepared) return tl::unexpected(std::move(prepared.error()));
-  return connection().exec_prepared(statement.name, params, bound.deadline);
+  auto rows = connection().exec_prepared(statement.name, params, bound.deadline);
+  if (rows) planned_.insert(statement.name);
+  return rows;
 }
 
 Outcome<void> OwnSession::prepare(const Statement& statement, const Bound& bound) {
@@ -216,6 +231,24 @@ Outcome<void> OwnSession::prepare(const Statement& statement, const Bound& bound
                      prepared.error().sqlstate == duplicate_prepared_statement))
     return tl::unexpected(not_sent(std::move(prepared.error())));
   prepared_.insert(statement.name);
+  return {};
+}
+
+Outcome<void> OwnSession::plan_ahead(std::initializer_list<const Statement*> statements, const Bound& bound) {
+  if (unnamed()) return {};
+  std::string sql;
+  std::vector<const std::string*> planning;
+  for (const Statement* statement : statements) {
+    if (!prepared_.contains(statement->name) || planned_.contains(statement->name)) continue;
+    planning.push_back(&statement->name);
+    sql += (sql.empty() ? "" : "; ") + std::string("EXPLAIN (COSTS OFF) EXECUTE ") + statement->name + "(";
+    for (int i = 0; i < highest_parameter(statement->sql); ++i) sql += i == 0 ? "NULL" : ", NULL";
+    sql += ")";
+  }
+  if (planning.empty()) return {};
+  auto planned = run_text(sql, {}, bound);
+  if (!planned) return tl::unexpected(std::move(planned.error()));
+  for (const std::string* name : planning) planned_.insert(*name);
   return {};
 }
 
