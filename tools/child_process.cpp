@@ -184,6 +184,17 @@ void ChildProcess::start(const std::vector<std::string>& late_values) {
   throw Exit(exit_code::not_executable, name_ + ": cannot execute: " + ::strerror(error));
 }
 
+bool ChildProcess::waiting_at_gate() noexcept {
+  if (gate_.get() < 0 || exit_code_) return false;
+  int status = 0;
+  pid_t reaped = 0;
+  do reaped = ::waitpid(pid_, &status, WNOHANG);
+  while (reaped < 0 && errno == EINTR);
+  if (reaped != pid_) return true;
+  record_exit(status);
+  return false;
+}
+
 void ChildProcess::signal(int signo) const {
   if (pid_ <= 0) return;
   // The group's id stays taken while any member lives, zombies included, so

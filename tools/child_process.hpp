@@ -49,6 +49,10 @@ class ChildProcess {
   // found, 126 if it cannot be executed (the child is reaped then);
   // std::invalid_argument for late values that do not fit.
   void start(const std::vector<std::string>& late_values = {});
+  // True while the child waits at its gate: not started, not ended. One that
+  // ended there (someone killed it while pgmutex waited for the lock) is
+  // reaped here, and false.
+  [[nodiscard]] bool waiting_at_gate() noexcept;
 
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] bool own_process_group() const noexcept { return own_group_; }

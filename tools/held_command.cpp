@@ -134,7 +134,9 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
   Wakeup lost;
   std::stop_callback on_stop(holding.lost_token, [&lost] { lost.notify(); });
 
-  if (!ahead.child) {
+  // One forked while we waited may have been killed meanwhile: then a new one.
+  if (!ahead.child || !ahead.child->waiting_at_gate()) {
+    ahead.child.reset();
     become_subreaper();
     ahead.child.emplace(command.argv, command.environment, !in_terminal_foreground());
   }

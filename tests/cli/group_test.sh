@@ -201,10 +201,13 @@ if early_guard=$(wait_guard "$ahead_waiter"); then
 else
   fail "no pgmutex-guard child of the waiting pgmutex $ahead_waiter"
 fi
-# Killed while it waits, unarmed: the grant forks another one.
+# Killed while it waits, unarmed, and so is the gated child: the grant forks
+# each again, and the command runs all the same.
+early_child=$(ps -o pid=,comm= --ppid "$ahead_waiter" | awk '$2 != "pgmutex-guard" { print $1 }')
 [[ -z "$early_guard" ]] || kill -KILL "$early_guard"
+[[ -z "$early_child" ]] || kill -KILL "$early_child"
 touch "$WORK/ahead-go"
-wait_for_file "$WORK/ahead-cmd"
+wait_for_file "$WORK/ahead-cmd" && pass "the command runs though its gated child was killed during the wait"
 if late_guard=$(wait_guard "$ahead_waiter" "$early_guard"); then
   pass "the guard killed during the wait was replaced at the grant (pid $late_guard)"
 else
