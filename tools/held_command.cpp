@@ -120,13 +120,27 @@ int hold_for_caller(Holding& holding, SignalReader& signals, RunMetricsFile& rep
   return 0;
 }
 
-ForkedAhead::ForkedAhead(const SupervisedCommand& command, bool waits) {
-  if (!waits || command.argv.empty()) return;
+namespace {
+
+void fork_child(std::optional<ChildProcess>& child, const SupervisedCommand& command) {
+  child.reset();
   // What the command leaves behind becomes our child, so that we can reap it
   // and see its group empty before the lock goes.
   become_subreaper();
   child.emplace(command.argv, command.environment, !in_terminal_foreground());
+}
+
+void fork_guard(std::optional<Guardian>& guardian, const SupervisedCommand& command) {
+  guardian.reset();
   guardian.emplace(shown(command.lock), command.grace);
+}
+
+}  // namespace
+
+ForkedAhead::ForkedAhead(const SupervisedCommand& command, bool waits) {
+  if (!waits || command.argv.empty()) return;
+  fork_child(child, command);
+  fork_guard(guardian, command);
 }
 
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
@@ -134,23 +148,18 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
   Wakeup lost;
   std::stop_callback on_stop(holding.lost_token, [&lost] { lost.notify(); });
 
-  // One forked while we waited may have been killed meanwhile: then a new one.
-  if (!ahead.child || !ahead.child->waiting_at_gate()) {
-    ahead.child.reset();
-    become_subreaper();
-    ahead.child.emplace(command.argv, command.environment, !in_terminal_foreground());
-  }
+  // Not forked ahead (a try), or forked ahead and killed while we waited
+  // (the child by a pkill that matched its argv, or the guard): forked now.
+  if (!ahead.child || !ahead.child->waiting_at_gate()) fork_child(ahead.child, command);
   ChildProcess& child = *ahead.child;
   std::optional<Guardian>& guardian = ahead.guardian;
   // The guard enforces the lease too: if pgmutex is stopped (SIGSTOP, or not
   // scheduled), no renewal reaches it, and it stops the command in time.
   std::optional<GuardedLease> guarded;
   if (const auto deadline = lease_watch.deadline()) guarded = GuardedLease{*deadline, command.guard_lead};
-  // Armed before the command passes its gate. One forked while we waited
-  // may have been killed meanwhile: then a new one.
+  // Armed before the command passes its gate.
   if (!guardian || !guardian->arm(child.kill_target(), guarded)) {
-    guardian.reset();
-    guardian.emplace(shown(command.lock), command.grace);
+    fork_guard(guardian, command);
     if (!guardian->arm(child.kill_target(), guarded))
       throw std::runtime_error("the guard process ended before it could be armed");
   }

@@ -213,9 +213,7 @@ Outcome<Rows> OwnSession::run(const Statement& statement, const std::vector<std:
                                           bound.deadline);
   if (auto set = use_statement_timeout(bound); !set) return tl::unexpected(std::move(set.error()));
   if (auto prepared = prepare(statement, bound); !prepared) return tl::unexpected(std::move(prepared.error()));
-  auto rows = connection().exec_prepared(statement.name, params, bound.deadline);
-  if (rows) planned_.insert(statement.name);
-  return rows;
+  return connection().exec_prepared(statement.name, params, bound.deadline);
 }
 
 Outcome<void> OwnSession::prepare(const Statement& statement, const Bound& bound) {

@@ -39,8 +39,8 @@ class OwnSession final : public Session {
   // waiter does it for the statements of its handoff while it waits, so the
   // release that wakes it is not followed by a Parse on the critical path.
   Outcome<void> prepare(const Statement& statement, const Bound& bound);
-  // Has the server plan `statements` (prepared here already) once, unless
-  // one of them was planned or run on this connection before: one round
+  // Has the server plan `statements` (prepared here already) once per
+  // connection (a Mutex that queues again is not asked again): one round
   // trip of EXPLAIN EXECUTE with NULL parameters, which runs nothing. The
   // plan is not kept (the connection's plan_cache_mode stays the server's);
   // what the first planning reads of the catalogs is, so the statement's own
@@ -109,7 +109,7 @@ class OwnSession final : public Session {
   std::uint64_t connects_ = 0;
   ServerHistory history_;
   std::unordered_set<std::string> prepared_;
-  std::unordered_set<std::string> planned_;  // planned or run on this connection
+  std::unordered_set<std::string> planned_;  // planned ahead on this connection
   std::map<std::string, std::string, std::less<>> oids_;
   std::set<std::string, std::less<>> listening_;
   long long statement_timeout_ms_ = -1;  // -1: not set on this connection

@@ -60,8 +60,8 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
           auto& own = dynamic_cast<OwnSession&>(session);
           const bool e = impl_->campaigns;
           const Statement& release = e ? st.election_release : st.release;
-          // The release planned once too, if this connection never did (a
-          // pgmutex run --wait's): a fresh connection's first planning of it,
+          // The release planned once per connection too (a pgmutex run
+          // --wait's is fresh): a fresh connection's first planning of it,
           // between the command's end and the next holder's start, took 2-4
           // ms. (The confirm's is short: planning it ahead did not pay.)
           if (own.prepare(e ? st.election_confirm_offer : st.confirm_offer, bound) &&
