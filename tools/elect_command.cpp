@@ -109,7 +109,8 @@ int execute(ElectArgs& args, const CLI::Option& value) {
   InterruptWatch interrupts(signals);
 
   const RunMargin plan = lock_options(args);
-  const PostgresOptions network = held_network(plan, args.command);
+  PostgresOptions network = held_network(plan, args.command);
+  network.hand_over_at_close = ahead.connection_hand_over();  // the guard closes it after the next holder's start
   // Outlives the election, whose hooks feed it: the lease deadline the guard enforces.
   LeaseWatch lease_watch;
   // A campaign waits, and so does a server that cannot be reached yet, within the same --timeout.

@@ -31,6 +31,7 @@ struct Message {
 };
 constexpr char arm_kind = 'a';            // pgmutex -> guard: the target, and the lease to enforce
 constexpr char disarm_kind = 'd';         // pgmutex -> guard: nothing of the command runs any more
+constexpr char hand_over_kind = 'h';      // pgmutex -> guard, disarmed: close the socket passed along `value` ns from now
 constexpr char renew_kind = 'r';          // pgmutex -> guard: the lease runs until `value`
 constexpr char stopped_kind = 's';        // guard -> pgmutex: no renewal came in time, SIGTERM went out
 constexpr int guard_fd = 3;
@@ -71,6 +72,25 @@ bool send_message(int fd, char kind, std::int64_t value, bool wait = false, std:
   return n == static_cast<ssize_t>(sizeof message);
 }
 
+// A message and, if one came along (SCM_RIGHTS), the descriptor passed with
+// it (-1 if none). Returns recvmsg's count.
+ssize_t receive_message(int fd, Message& message, int& passed, int flags = 0) noexcept {
+  passed = -1;
+  iovec data{&message, sizeof message};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr header{};
+  header.msg_iov = &data;
+  header.msg_iovlen = 1;
+  header.msg_control = control;
+  header.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(fd, &header, flags | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+      std::memcpy(&passed, CMSG_DATA(c), sizeof passed);
+  return n;
+}
+
 // What the guard says and waits, fixed before the fork (it may not allocate).
 struct GuardWords {
   std::int64_t grace_ns = 0;
@@ -108,7 +128,8 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
   if (::close_range(guard_fd + 1, ~0U, 0) != 0)  // before Linux 5.9
     for (int fd = guard_fd + 1; fd < 1024; ++fd) ::close(fd);
 
-  pid_t target = 0;  // 0: not armed yet, nothing to kill
+  pid_t target = 0;  // 0: not armed yet (or disarmed), nothing to kill
+  bool disarmed = false;
   std::int64_t lead_ns = 0;
   bool enforced = false;  // armed with a lease: renewals move the SIGTERM
   std::int64_t term_at = no_time;
@@ -138,11 +159,35 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
     if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
     if (ready < 0) break;  // fail safe
     Message message;
-    const ssize_t n = ::recv(guard_fd, &message, sizeof message, 0);
+    int passed = -1;
+    const ssize_t n = receive_message(guard_fd, message, passed);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     const bool whole = n == static_cast<ssize_t>(sizeof message);
-    if (whole && message.kind == disarm_kind) ::_exit(0);
-    if (whole && message.kind == arm_kind && target == 0 && message.target != 0) {
+    if (whole && message.kind == hand_over_kind && disarmed && passed >= 0) {
+      // pgmutex is about to exit: the server session of its connection ends
+      // when this copy closes, after the next holder's start. pgmutex's
+      // standard streams go first: whoever reads its output (a $(...), a
+      // pipe) must not wait for us.
+      ::close(STDIN_FILENO);
+      ::close(STDOUT_FILENO);
+      ::close(STDERR_FILENO);
+      timespec linger{static_cast<time_t>(message.value / 1'000'000'000), static_cast<long>(message.value % 1'000'000'000)};
+      while (::clock_nanosleep(CLOCK_MONOTONIC, 0, &linger, &linger) == EINTR) {
+      }
+      ::close(passed);
+      ::_exit(0);
+    }
+    if (passed >= 0) ::close(passed);  // passed along with anything else: not ours to keep
+    if (whole && message.kind == disarm_kind) {
+      // Nothing to kill from now on; we exit when pgmutex closes its end,
+      // or once the socket it may hand over is closed.
+      target = 0;
+      disarmed = true;
+      enforced = false;
+      term_at = kill_at = no_time;
+      continue;
+    }
+    if (whole && message.kind == arm_kind && target == 0 && !disarmed && message.target != 0) {
       target = static_cast<pid_t>(message.target);
       lead_ns = message.lead_ns;
       enforced = message.value != no_time;
@@ -208,8 +253,9 @@ Guardian::~Guardian() {
     const std::lock_guard lock(socket_mutex_);
     socket_ = Fd();
   }
-  // Not armed (the lock was not granted) or disarmed: it exits at once.
-  if (!armed_ || disarmed_) {
+  // Not armed (the lock was not granted) or disarmed: it exits at once,
+  // unless it was handed a socket to close later (not waited for).
+  if ((!armed_ || disarmed_) && !handed_over_) {
     disarmed_ = true;
     reap();
   }
@@ -225,7 +271,9 @@ bool Guardian::stopped_for_lease() noexcept {
   const std::lock_guard lock(socket_mutex_);
   while (socket_.get() >= 0) {
     Message message;
-    const ssize_t n = ::recv(socket_.get(), &message, sizeof message, MSG_DONTWAIT);
+    int passed = -1;
+    const ssize_t n = receive_message(socket_.get(), message, passed, MSG_DONTWAIT);
+    if (passed >= 0) ::close(passed);  // the guard passes none: never keep one
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof message)) break;  // nothing more (or the guard is gone)
     if (message.kind == stopped_kind) stopped_for_lease_ = true;
@@ -235,18 +283,50 @@ bool Guardian::stopped_for_lease() noexcept {
 
 void Guardian::disarm() noexcept {
   const std::lock_guard lock(socket_mutex_);
-  if (socket_.get() < 0) return;
+  if (socket_.get() < 0 || disarmed_) return;
   if (!exited_) (void)send_message(socket_.get(), disarm_kind, 0, /*wait=*/true);
   disarmed_ = true;
   // What the guard said last is still worth knowing.
   Message message;
   while (::recv(socket_.get(), &message, sizeof message, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof message))
     if (message.kind == stopped_kind) stopped_for_lease_ = true;
-  socket_ = Fd();
+}
+
+bool Guardian::hand_over(int socket, std::chrono::nanoseconds linger) noexcept {
+  const std::lock_guard lock(socket_mutex_);
+  if (socket_.get() < 0 || !disarmed_ || exited_ || handed_over_ || socket < 0) return false;
+  Message message;
+  std::memset(&message, 0, sizeof message);
+  message.kind = hand_over_kind;
+  message.value = linger.count();
+  iovec data{&message, sizeof message};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  std::memset(control, 0, sizeof control);
+  msghdr header{};
+  header.msg_iov = &data;
+  header.msg_iovlen = 1;
+  header.msg_control = control;
+  header.msg_controllen = sizeof control;
+  cmsghdr* passed = CMSG_FIRSTHDR(&header);
+  passed->cmsg_level = SOL_SOCKET;
+  passed->cmsg_type = SCM_RIGHTS;
+  passed->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(passed), &socket, sizeof socket);
+  ssize_t n = 0;
+  do n = ::sendmsg(socket_.get(), &header, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof message)) return false;
+  handed_over_ = true;
+  socket_ = Fd();  // the guard reads the message, then our end of file
+  return true;
 }
 
 void Guardian::reap() noexcept {
-  if (exited_ || !disarmed_ || pid_ <= 0) return;
+  if (exited_ || !disarmed_ || handed_over_ || pid_ <= 0) return;
+  {
+    const std::lock_guard lock(socket_mutex_);
+    socket_ = Fd();  // a disarmed guard exits at our end of file
+  }
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }

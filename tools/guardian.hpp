@@ -77,11 +77,21 @@ class Guardian {
   // stopped the command because the lease ran out unrenewed.
   [[nodiscard]] bool stopped_for_lease() noexcept;
 
-  // Call once the target is gone: the guard exits without killing. It is
-  // not waited for here (the release need not wait for it): reap() does.
+  // Call once the target is gone: the guard kills nothing from now on, and
+  // exits when our end of the socket closes (reap(), the destructor), or
+  // after closing a socket handed over to it. Not waited for here: the
+  // release need not wait for it.
   void disarm() noexcept;
   [[nodiscard]] bool disarmed() const noexcept { return disarmed_; }
-  // Waits for a disarmed guard to exit, unless it was reaped already.
+  // Disarmed, with the release done and pgmutex about to exit: gives the
+  // guard a copy of `socket` (the lock's connection, for
+  // PostgresOptions::hand_over_at_close) to close `linger` from now, and lets
+  // it go. It is not waited for: it outlives pgmutex by `linger` at most,
+  // holding none of pgmutex's standard streams. False if it could not be
+  // given (the guard is gone, or was never disarmed).
+  bool hand_over(int socket, std::chrono::nanoseconds linger) noexcept;
+  // Waits for a disarmed guard to exit (our end of the socket closed first),
+  // unless it was reaped already, or handed a socket.
   void reap() noexcept;
 
   // The guard ended (someone killed it, or it was disarmed): reaped by our loop.
@@ -94,6 +104,7 @@ class Guardian {
   Fd socket_;  // our end; closing it without a word arms the kill
   bool armed_ = false;
   bool disarmed_ = false;
+  bool handed_over_ = false;
   bool exited_ = false;
   bool stopped_for_lease_ = false;
 };

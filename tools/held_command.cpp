@@ -3,6 +3,7 @@
 #include "held_command.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -137,10 +138,39 @@ void fork_guard(std::optional<Guardian>& guardian, const SupervisedCommand& comm
 
 }  // namespace
 
-ForkedAhead::ForkedAhead(const SupervisedCommand& command, bool waits) {
+// How long the guard keeps a handed-over connection open: a handoff's
+// confirm takes a few ms on a quiet machine, and the server session's end
+// should come after it. An idle server session lingers this long.
+constexpr auto server_session_linger = std::chrono::milliseconds(50);
+
+// Shared with the backend's hand_over_at_close, which may run after
+// ForkedAhead is gone (a backend destroyed on another thread): then it is closed.
+struct ForkedAhead::HandOver {
+  std::mutex mutex;
+  Guardian* guardian = nullptr;  // set while the hand over is open
+};
+
+ForkedAhead::ForkedAhead(const SupervisedCommand& command, bool waits) : hand_over_(std::make_shared<HandOver>()) {
   if (!waits || command.argv.empty()) return;
   fork_child(child, command);
   fork_guard(guardian, command);
+}
+
+ForkedAhead::~ForkedAhead() {
+  const std::lock_guard lock(hand_over_->mutex);
+  hand_over_->guardian = nullptr;
+}
+
+std::function<bool(int socket)> ForkedAhead::connection_hand_over() const {
+  return [hand_over = hand_over_](int socket) {
+    const std::lock_guard lock(hand_over->mutex);
+    return hand_over->guardian != nullptr && hand_over->guardian->hand_over(socket, server_session_linger);
+  };
+}
+
+void ForkedAhead::open_hand_over() noexcept {
+  const std::lock_guard lock(hand_over_->mutex);
+  if (guardian && guardian->disarmed()) hand_over_->guardian = &*guardian;
 }
 
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
@@ -226,8 +256,11 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
                                          : "the command ended after SIGTERM"));
   }
   // A failed release leaves a row that goes stale: the exit code is the command's.
-  warn_if_failed(holding, holding.let_go(), command.quiet);
-  guardian->reap();  // after the release: waiting for it is not on the next holder's path
+  const Result<void> let_go = holding.let_go();
+  warn_if_failed(holding, let_go, command.quiet);
+  // The guard is reaped with `ahead`, after the connection closed: it may
+  // take the connection's socket then, to close once the next holder started.
+  if (let_go) ahead.open_hand_over();
   return outcome.exit_code;
 }
 

@@ -158,7 +158,8 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   // A heartbeat stuck in the network (its statement, then one reconnect)
   // must fail within one attempt's timeout, which the safety margin covers.
   const RunMargin plan = lock_options(args);
-  const PostgresOptions network = held_network(plan, args.command);
+  PostgresOptions network = held_network(plan, args.command);
+  network.hand_over_at_close = ahead.connection_hand_over();  // the guard closes it after the next holder's start
   // Outlives the mutex, whose hooks feed it: the lease deadline the guard enforces.
   LeaseWatch lease_watch;
   // With --wait, a server that cannot be reached yet is waited for too (a

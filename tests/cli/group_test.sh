@@ -268,4 +268,38 @@ done
 kill -TERM "$ahead_holder"
 wait_exit "$ahead_holder" 10
 
+# --- the connection goes to the guard as pgmutex exits ----------------------
+# After the release, pgmutex hands its connection's socket to the guard, which
+# closes it 50 ms later without libpq's Terminate message: the server process's
+# end is then not on the next holder's path. The server notes a connection
+# closed that way at DEBUG1 only ("unexpected EOF on client connection"):
+# asked of that session alone (PGOPTIONS), the line shows the hand-over.
+server_log="$PGMUTEX_TEST_PGDATA/../server.log"
+eof_lines() { grep -c "unexpected EOF on client connection" "$server_log"; }
+wait_eof_lines() {  # wait_eof_lines N: until the log has more than N such lines (5 s at most)
+  local waited=0
+  while (($(eof_lines) <= $1 && waited < 100)); do sleep 0.05; waited=$((waited + 1)); done
+  (($(eof_lines) > $1))
+}
+before=$(eof_lines)
+PGOPTIONS="-c log_min_messages=debug1" pgm status >/dev/null
+sleep 0.3
+equal "$(eof_lines)" "$before" "a command without a guard (status) ends its session with Terminate"
+for how in --wait --no-wait; do
+  before=$(eof_lines)
+  captured=$(PGOPTIONS="-c log_min_messages=debug1" "$PGMUTEX" run --table "$TABLE" --lock handed "$how" -- echo out)
+  equal "$captured" "out" "run $how: its output, captured, ends with it (the guard keeps none of pgmutex's streams)"
+  if wait_eof_lines "$before"; then pass "run $how: its connection went to the guard, closed without Terminate"; else
+    fail "run $how: no 'unexpected EOF on client connection' in the server log: the connection was not handed over"
+  fi
+done
+before=$(eof_lines)
+PGOPTIONS="-c log_min_messages=debug1" "$PGMUTEX" run --table "$TABLE" --lock handed --wait -- sh -c 'exit 3'
+equal "$?" "3" "run: the command's exit code, with the connection handed over"
+wait_eof_lines "$before" && pass "a failing command's run hands its connection over too" ||
+  fail "a failing command's run did not hand its connection over"
+grep -q "could not receive data from client" "$server_log" &&
+  fail "the server logged a connection cut short: $(grep "could not receive data from client" "$server_log" | tail -1)" ||
+  pass "the server logged no connection cut short"
+
 finish

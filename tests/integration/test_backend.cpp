@@ -2,6 +2,7 @@
 // password never shown, the schema, each statement's semantics (as
 // MemoryBackend defines them), the WAL a losing try writes, concurrent
 // reclaimers, batched heartbeats, LISTEN/NOTIFY waits and a user's pool.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -612,6 +613,55 @@ TEST_CASE("the backend says whether its heartbeats commit asynchronously, as its
   CHECK_FALSE(PostgresBackend("", on).heartbeat_commits_asynchronously());
   CHECK(PostgresBackend("", off).heartbeat_commits_asynchronously());
   CHECK(PostgresBackend("").heartbeat_commits_asynchronously());  // the default: off, as documented
+}
+
+TEST_CASE("hand_over_at_close leaves the server session to whoever took the socket", "[backend][close]") {
+  const std::string table = fresh_table("handover");
+  const std::string app = "pgmutex_handover_" + std::to_string(::getpid());
+  const auto ended = [&app] {
+    for (int i = 0; i < 250 && !sessions_of(app).empty(); ++i) std::this_thread::sleep_for(20ms);
+    return sessions_of(app).empty();
+  };
+  PostgresOptions options;
+  int kept = -1;
+  bool asked = false;
+  SECTION("taken: the session outlives the backend, with no Terminate sent, and ends when the copy is closed") {
+    options.hand_over_at_close = [&](int socket) {
+      asked = true;
+      kept = ::fcntl(socket, F_DUPFD_CLOEXEC, 0);
+      return kept >= 0;
+    };
+    {
+      PostgresBackend b("application_name=" + app, options);
+      REQUIRE(b.create_schema(table));
+      auto taken = b.try_acquire(request(table, "job", "me"));
+      REQUIRE(taken);
+      REQUIRE(taken->acquired);
+      REQUIRE(b.release(HolderKey{LockRef{table, "job"}, "me", taken->fence}));
+    }
+    REQUIRE(asked);
+    REQUIRE(kept >= 0);
+    // Had libpq's Terminate gone out, the server process would have ended
+    // by now; while we hold the socket, this one cannot.
+    std::this_thread::sleep_for(200ms);
+    CHECK(sessions_of(app).size() == 1);
+    ::close(kept);
+    CHECK(ended());
+  }
+  SECTION("declined: the session ends when the backend goes, as libpq ends it") {
+    options.hand_over_at_close = [&](int) { return asked = true, false; };
+    {
+      PostgresBackend b("application_name=" + app, options);
+      REQUIRE(b.create_schema(table));
+    }
+    CHECK(asked);
+    CHECK(ended());
+  }
+  SECTION("never connected: nothing to hand over") {
+    options.hand_over_at_close = [&](int) { return asked = true, true; };
+    { PostgresBackend b("application_name=" + app, options); }
+    CHECK_FALSE(asked);
+  }
 }
 
 TEST_CASE("a refusal that retrying cannot fix is its own error, reported at once", "[backend][dsn][errors]") {

@@ -49,6 +49,10 @@ OwnSession::OwnSession(std::string conninfo, std::string redacted, std::vector<s
                        PostgresOptions options)
     : conninfo_(std::move(conninfo)), redacted_(std::move(redacted)), secrets_(std::move(secrets)), options_(options) {}
 
+OwnSession::~OwnSession() {
+  if (options_.hand_over_at_close && connection_) (void)connection_->close_handing_over(options_.hand_over_at_close);
+}
+
 void OwnSession::drop() noexcept {
   connection_.reset();
   prepared_.clear();

@@ -22,6 +22,8 @@ namespace pgmutex::postgres_detail {
 class OwnSession final : public Session {
  public:
   OwnSession(std::string conninfo, std::string redacted, std::vector<std::string> secrets, PostgresOptions options);
+  // Hands the connection over if the options ask (PostgresOptions::hand_over_at_close).
+  ~OwnSession() override;
 
   // Connects unless connected: up to options.reconnect_attempts tries, backing off, never past the deadline.
   Result<void> ensure_connected(Deadline deadline);

@@ -2,7 +2,10 @@
 // on with poll() until its deadline.
 #include "pq_connection.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -72,6 +75,29 @@ PqConnection::~PqConnection() {
 
 bool PqConnection::usable() const noexcept {
   return connection_ != nullptr && PQstatus(connection_) == CONNECTION_OK;
+}
+
+bool PqConnection::close_handing_over(const std::function<bool(int socket)>& hand_over) noexcept {
+  // A TLS or GSS stream cut without its closing message is logged by the
+  // server; a busy connection's session would be in the middle of something.
+  if (!usable() || PQtransactionStatus(connection_) != PQTRANS_IDLE || PQsslInUse(connection_) != 0 ||
+      PQgssEncInUse(connection_) != 0)
+    return false;
+  const int socket = PQsocket(connection_);
+  try {
+    if (socket < 0 || !hand_over(socket)) return false;
+  } catch (...) {
+    return false;
+  }
+  // The Terminate message PQfinish sends then goes to a socket connected to
+  // nothing (the send fails, which PQfinish ignores): put one in its place.
+  // Should that fail, PQfinish ends the session as usual.
+  if (const int inert = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0); inert >= 0) {
+    (void)::dup3(inert, socket, O_CLOEXEC);
+    ::close(inert);
+  }
+  PQfinish(std::exchange(connection_, nullptr));
+  return true;
 }
 
 Outcome<PqConnecting> PqConnecting::start(const std::string& conninfo) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,6 +72,12 @@ class PqConnection {
 
   // False once the connection broke or a call timed out: drop it and open another.
   [[nodiscard]] bool usable() const noexcept;
+
+  // Closes the connection without ending its server session, if
+  // `hand_over` took a copy of its socket (PostgresOptions::hand_over_at_close):
+  // only a usable, idle, unencrypted connection is offered. True if it was
+  // handed over and closed (this object is then spent); false: nothing changed.
+  bool close_handing_over(const std::function<bool(int socket)>& hand_over) noexcept;
 
   Outcome<Rows> prepare(const std::string& name, const std::string& sql, Deadline deadline);
   Outcome<Rows> exec_prepared(const std::string& name, const std::vector<std::string>& params, Deadline deadline);
