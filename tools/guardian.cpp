@@ -91,6 +91,28 @@ ssize_t receive_message(int fd, Message& message, int& passed, int flags = 0) no
   return n;
 }
 
+// Ends a connection handed over: our end of file first, then what the server
+// still sends (a NOTIFY on a channel it listened to) is read until it closes
+// its end, 1 s at most. Closed with bytes unread, the socket would send a
+// reset, which the server logs ("could not receive data from client").
+void close_draining(int socket) noexcept {
+  ::shutdown(socket, SHUT_WR);
+  const std::int64_t until = monotonic_ns() + 1'000'000'000;
+  char sink[4096];
+  for (;;) {
+    const std::int64_t left = until - monotonic_ns();
+    if (left <= 0) break;
+    pollfd readable{socket, POLLIN, 0};
+    const int ready = ::poll(&readable, 1, static_cast<int>((left + 999'999) / 1'000'000));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    const ssize_t n = ::read(socket, sink, sizeof sink);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the server closed its end (or the connection broke)
+  }
+  ::close(socket);
+}
+
 // What the guard says and waits, fixed before the fork (it may not allocate).
 struct GuardWords {
   std::int64_t grace_ns = 0;
@@ -174,7 +196,7 @@ int poll_timeout_ms(std::int64_t at, std::int64_t now) {
       timespec linger{static_cast<time_t>(message.value / 1'000'000'000), static_cast<long>(message.value % 1'000'000'000)};
       while (::clock_nanosleep(CLOCK_MONOTONIC, 0, &linger, &linger) == EINTR) {
       }
-      ::close(passed);
+      close_draining(passed);
       ::_exit(0);
     }
     if (passed >= 0) ::close(passed);  // passed along with anything else: not ours to keep

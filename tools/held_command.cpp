@@ -106,6 +106,8 @@ PostgresOptions held_network(const RunMargin& plan, const std::vector<std::strin
   network.connect_timeout = network.network_timeout;
   network.reconnect_attempts = 1;
   network.holder_command = command_text(command);
+  // One hold, one release: the handoff's statements planned while waiting, and kept.
+  network.generic_plans_for_handoff = true;
   return network;
 }
 

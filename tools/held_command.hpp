@@ -91,7 +91,7 @@ struct SupervisedCommand {
 // It also lends the guard the lock's connection as pgmutex exits: give
 // connection_hand_over() to PostgresOptions::hand_over_at_close, and once
 // run_supervised() has let go, the backend's closing hands the connection's
-// socket to the guard, which closes it 50 ms later. The server process's end
+// socket to the guard, which ends it 50 ms later. The server process's end
 // (about 15 ms of CPU here) then comes after the next holder's start, not
 // between its grant and its confirm. Until this object goes: a backend
 // destroyed later (on another thread) closes its connection itself.

@@ -165,6 +165,65 @@ TEST_CASE("a release offers the lock to the head alone; the waiters behind it ma
   for (auto& w : waiters) CHECK(wait_child(w) == 0);
 }
 
+TEST_CASE("generic_plans_for_handoff: the waiter plans its confirm and release generically while it waits",
+          "[queue][plans]") {
+  const std::string table = fresh_table("queue_plans");
+  const std::string app = "pgmutex_plans_" + std::to_string(::getpid());
+  const auto last_statement = [&app] {
+    return admin("SELECT query FROM pg_stat_activity WHERE application_name = '" + app + "'")[0][0].as<std::string>();
+  };
+  SECTION("the waiter's last statement before its wait: the setting, then both plans, in one round trip") {
+    Holder holder(table);
+    PostgresOptions generic;
+    generic.generic_plans_for_handoff = true;
+    PostgresBackend waiter("application_name=" + app, generic);
+    REQUIRE(waiter.enqueue(request(table, "job", "w"), 2s));
+    const std::string planned = last_statement();
+    CHECK_THAT(planned, Catch::StartsWith("SET plan_cache_mode = force_generic_plan; EXPLAIN (COSTS OFF) EXECUTE "
+                                          "pgmutex_confirm_offer_"));
+    CHECK_THAT(planned, Catch::Contains("; EXPLAIN (COSTS OFF) EXECUTE pgmutex_release_"));
+  }
+  SECTION("off (the default): the release alone, the session's setting left alone") {
+    Holder holder(table);
+    PostgresBackend waiter("application_name=" + app);
+    REQUIRE(waiter.enqueue(request(table, "job", "w"), 2s));
+    CHECK_THAT(last_statement(), Catch::StartsWith("EXPLAIN (COSTS OFF) EXECUTE pgmutex_release_"));
+  }
+  SECTION("handoffs on generic plans: FIFO grants, fences increasing, the connection's next try too") {
+    auto generic_options = [&](std::string instance) {
+      pgmutex::Options o = options(table, "job", std::move(instance));
+      o.poll_interval = 5s;  // only the release's NOTIFY wakes a waiter in time
+      return o;
+    };
+    PostgresOptions generic;
+    generic.generic_plans_for_handoff = true;
+    Mutex first(PostgresBackend("", generic), generic_options("first"));
+    Mutex second(PostgresBackend("", generic), generic_options("second"));
+    first.create_schema();
+    auto held = first.acquire(std::chrono::nanoseconds(2s));
+    REQUIRE(held);
+    const Fence first_fence = held.fence();
+    std::atomic<Fence> second_fence{0};
+    std::thread waiting([&] {
+      auto got = second.acquire(std::chrono::nanoseconds(20s));
+      if (!got) return;
+      second_fence = got.fence();
+      got.release();
+    });
+    REQUIRE(eventually([&] { return queued(table) == 1; }));
+    held.release();
+    waiting.join();
+    CHECK(second_fence.load() > first_fence);
+    // The second's connection runs generic plans from its wait on: its try too.
+    auto again = second.try_acquire(pgmutex::nothrow);
+    REQUIRE(again);
+    REQUIRE(*again);
+    CHECK(again->fence() > second_fence.load());
+    CHECK(again->release(pgmutex::nothrow));
+    CHECK(queued(table) == 0);
+  }
+}
+
 TEST_CASE("a SIGKILLed head is skipped by the release itself", "[queue][dead]") {
   const std::string table = fresh_table("queue_dead");
   Holder holder(table);

@@ -57,6 +57,7 @@ void OwnSession::drop() noexcept {
   connection_.reset();
   prepared_.clear();
   planned_.clear();
+  generic_plans_ = false;
   oids_.clear();
   listening_.clear();
   statement_timeout_ms_ = -1;
@@ -248,9 +249,14 @@ Outcome<void> OwnSession::plan_ahead(std::initializer_list<const Statement*> sta
     sql += ")";
   }
   if (planning.empty()) return {};
+  // A session setting, read at each statement's Bind: set before the
+  // EXPLAINs, it has them build the generic plans and keep them.
+  const bool set_generic = options_.generic_plans_for_handoff && !generic_plans_;
+  if (set_generic) sql = "SET plan_cache_mode = force_generic_plan; " + sql;
   auto planned = run_text(sql, {}, bound);
   if (!planned) return tl::unexpected(std::move(planned.error()));
   for (const std::string* name : planning) planned_.insert(*name);
+  generic_plans_ = generic_plans_ || set_generic;
   return {};
 }
 

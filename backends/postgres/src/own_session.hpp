@@ -48,6 +48,9 @@ class OwnSession final : public Session {
   // what the first planning reads of the catalogs is, so the statement's own
   // planning later is a third of a fresh connection's (the release: about
   // 1 ms against 3.6). A waiter does it while it waits, for its handoff.
+  // With PostgresOptions::generic_plans_for_handoff, the same round trip
+  // first sets the session's plan_cache_mode to force_generic_plan (once
+  // per connection), and the plans are kept: the statements then run unplanned.
   Outcome<void> plan_ahead(std::initializer_list<const Statement*> statements, const Bound& bound);
   Outcome<std::string> table_oid(std::string_view table, const Bound& bound) override;
   Outcome<bool> wait_for_notification(const std::string& channel, const Bound& bound, Deadline wait_until) override;
@@ -112,6 +115,7 @@ class OwnSession final : public Session {
   ServerHistory history_;
   std::unordered_set<std::string> prepared_;
   std::unordered_set<std::string> planned_;  // planned ahead on this connection
+  bool generic_plans_ = false;               // plan_cache_mode = force_generic_plan set on this connection
   std::map<std::string, std::string, std::less<>> oids_;
   std::set<std::string, std::less<>> listening_;
   long long statement_timeout_ms_ = -1;  // -1: not set on this connection
