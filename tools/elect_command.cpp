@@ -58,9 +58,11 @@ Leadership campaign(CliElection& election, const ElectArgs& args, WaitDeadline d
     left = std::max(std::chrono::nanoseconds::zero(), std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                           *deadline - std::chrono::steady_clock::now()));
   auto leadership = election.campaign(nothrow, args.value, left, interrupts.stop_token());
-  interrupts.finish();
+  // Joined once the command runs (run_supervised), unless we end here.
+  const int signo = interrupts.stop_at_grant();
+  if (!leadership || !*leadership || signo != 0) interrupts.finish();
   if (!leadership) exit_with(leadership.error(), "elect", args.connection);
-  if (const int signo = interrupts.interrupted_by(); signo != 0)
+  if (signo != 0)
     throw Exit(exit_code::signal_base + signo,
                std::string("interrupted by SIG") + signal_name(signo) + " " +
                    (*leadership ? "before leading" : "while campaigning for lock '" + shown(args.lock) + "'"));
@@ -130,12 +132,13 @@ int execute(ElectArgs& args, const CLI::Option& value) {
     std::printf("leading lock '%s': term %s, value '%s'\n", shown(args.lock).c_str(), term.c_str(),
                 shown(args.value).c_str());
     std::fflush(stdout);
+    interrupts.finish();
     return hold_for_caller(holding, signals, report, args.quiet, HoldInput::ignored);
   }
 
   command.guard_lead = guard_lead(election.options(), command.grace);
   command.late_values = {term, term, election.options().instance_id};
-  return run_supervised(holding, command, lease_watch, signals, report, ahead);
+  return run_supervised(holding, command, lease_watch, signals, report, ahead, interrupts);
 }
 
 }  // namespace

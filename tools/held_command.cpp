@@ -176,7 +176,7 @@ void ForkedAhead::open_hand_over() noexcept {
 }
 
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
-                   RunMetricsFile& report, ForkedAhead& ahead) {
+                   RunMetricsFile& report, ForkedAhead& ahead, InterruptWatch& interrupts) {
   Wakeup lost;
   std::stop_callback on_stop(holding.lost_token, [&lost] { lost.notify(); });
 
@@ -203,6 +203,9 @@ int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatc
     guardian->disarm();  // nothing runs: the child never exec'd and is reaped
     throw;
   }
+  // Before the supervisor reads signals: one that the wait's thread read
+  // after the grant is raised again, and forwarded to the command.
+  interrupts.finish();
 
   const std::string grace = seconds_text(std::chrono::duration<double>(command.grace).count());
   bool lease_lost = false;

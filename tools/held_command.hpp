@@ -19,6 +19,7 @@
 #include "child_process.hpp"
 #include "guardian.hpp"
 #include "hold.hpp"
+#include "interrupt_watch.hpp"
 #include "lease_watch.hpp"
 #include "lock_events.hpp"
 #include "pgmutex/error.hpp"
@@ -117,10 +118,11 @@ class ForkedAhead {
 // Runs the command while `holding` is held, supervised: signals forwarded to
 // its process group, its leftovers stopped, the guard process armed with the
 // lease deadlines `lease_watch` receives. What `ahead` holds is used, what it
-// does not is forked now. Lets go once nothing of it runs. Returns its exit
-// code; throws Exit(lost) if the lease was lost meanwhile.
+// does not is forked now. The wait's `interrupts` (stopped at the grant) is
+// joined once the command started. Lets go once nothing of it runs. Returns
+// its exit code; throws Exit(lost) if the lease was lost meanwhile.
 int run_supervised(Holding& holding, const SupervisedCommand& command, LeaseWatch& lease_watch, SignalReader& signals,
-                   RunMetricsFile& report, ForkedAhead& ahead);
+                   RunMetricsFile& report, ForkedAhead& ahead, InterruptWatch& interrupts);
 
 // No command: holds until a signal (or with HoldInput::watched the end of
 // stdin) lets go, then lets go and returns 0; throws Exit(lost) if the lease

@@ -108,13 +108,15 @@ Guard take_lock(RunMutex& mutex, const RunArgs& args, WaitDeadline deadline, Int
   auto guard = args.wait ? mutex.acquire(nothrow, deadline ? std::optional(left()) : std::nullopt,
                                          interrupts.stop_token())
                          : mutex.try_acquire(nothrow);
-  interrupts.finish();
+  // Joined once the command runs (run_supervised), unless we end here.
+  const int interrupted = interrupts.stop_at_grant();
+  if (!guard || !*guard || interrupted != 0) interrupts.finish();
   if (!guard) exit_with(guard.error(), "run", args.connection);
   if (*guard) report.wait_ended(LockOutcome::acquired, guard->fence());
   else if (guard->why() == Errc::lock_held || guard->why() == Errc::timeout) report.wait_ended(LockOutcome::taken);
   else report.wait_ended(LockOutcome::none);  // an interrupt cancelled the wait
-  if (const int signo = interrupts.interrupted_by(); signo != 0)
-    exit_interrupted(signo, *guard ? "before the command started" : "while waiting for lock '" + shown(args.lock) + "'");
+  if (interrupted != 0)
+    exit_interrupted(interrupted, *guard ? "before the command started" : "while waiting for lock '" + shown(args.lock) + "'");
   if (!*guard && !args.quiet && guard->holder() && guard->holder()->failover_grace_left_s > 0)
     exit_in_failover_grace(args, guard->holder()->failover_grace_left_s, guard->why() == Errc::timeout);
   if (!*guard) exit_taken(args, args.quiet ? std::nullopt : holder_of(mutex, *guard), guard->why() == Errc::timeout);
@@ -188,12 +190,13 @@ int execute(RunArgs& args, RunMetricsFile& report) {
   if (args.command.empty()) {
     std::printf("%s\n", std::to_string(guard.fence()).c_str());
     std::fflush(stdout);
+    interrupts.finish();
     return hold_for_caller(holding, signals, report, args.quiet, HoldInput::watched);
   }
 
   command.guard_lead = guard_lead(mutex.options(), command.grace);
   command.late_values = {std::to_string(guard.fence()), std::string(mutex.instance_id())};
-  return run_supervised(holding, command, lease_watch, signals, report, ahead);
+  return run_supervised(holding, command, lease_watch, signals, report, ahead, interrupts);
 }
 
 }  // namespace
