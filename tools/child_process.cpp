@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
@@ -54,6 +56,30 @@ std::vector<char*> as_argv(std::vector<std::string>& strings) {
   return pointers;
 }
 
+// Where execvpe would find `name` first: the first folder of our PATH (or
+// glibc's default, when PATH is unset) with an executable regular file of
+// that name. Empty if none, or if the name has a slash (used as it is).
+// Looked up while pgmutex waits for the lock: execvpe's own search tries an
+// execve per folder until one works (ten failed ones on a machine whose PATH
+// starts with tools' folders), between the grant and the command.
+std::string found_on_path(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return {};
+  const char* path = std::getenv("PATH");
+  const std::string_view folders = path != nullptr ? path : "/bin:/usr/bin";
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = std::min(folders.find(':', start), folders.size());
+    const std::string_view folder = folders.substr(start, end - start);
+    // An empty entry is the current folder, as execvpe reads it.
+    const std::string candidate = (folder.empty() ? std::string(".") : std::string(folder)) + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    if (end == folders.size()) return {};
+    start = end + 1;
+  }
+}
+
 // Reads the errno a failed exec wrote to `fd`; 0 if the exec succeeded (the
 // pipe closed on exec without a word).
 int exec_error(int fd) {
@@ -70,6 +96,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
                            bool own_process_group)
     : name_(argv.front()), own_group_(own_process_group) {
   std::vector<std::string> args = argv;
+  const std::string found = found_on_path(args.front());
   std::vector<std::string> env = child_environment(overrides);
   std::vector<char*> arg_pointers = as_argv(args);
   std::vector<char*> env_pointers = as_argv(env);
@@ -131,6 +158,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environme
     // the mask we had before. Dispositions pass through exec untouched: a
     // signal ignored for us (nohup's SIGHUP) stays ignored, as a shell has it.
     ::sigprocmask(SIG_SETMASK, &original_signal_mask(), nullptr);
+    // Where the search found it before the wait; if that no longer works,
+    // the search again, with its own errors and its fallbacks (a script
+    // without #! runs with sh).
+    if (!found.empty()) ::execve(found.c_str(), arg_pointers.data(), env_pointers.data());
     ::execvpe(args.front().c_str(), arg_pointers.data(), env_pointers.data());
     const int error = errno;
     (void)!::write(report[1], &error, sizeof error);

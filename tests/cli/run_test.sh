@@ -18,6 +18,31 @@ expect 127 "command not in PATH: 127" pgm run --lock codes -- no-such-command-pg
 printf 'echo hi\n' >"$WORK/not-executable"
 expect 126 "command not executable: 126" pgm run --lock codes -- "$WORK/not-executable"
 contains "$ERR" "cannot execute" "not executable is named"
+# Found on PATH as execvpe finds it (looked up while waiting, exec'd at the
+# grant): the first folder that has it, a script without #! run by sh, and
+# one that moved away meanwhile found again where it is at the grant.
+mkdir -p "$WORK/path-a" "$WORK/path-b"
+printf 'echo from-a\n' >"$WORK/path-a/pgmutex-test-cmd"
+printf 'echo from-b\n' >"$WORK/path-b/pgmutex-test-cmd"
+chmod +x "$WORK/path-a/pgmutex-test-cmd" "$WORK/path-b/pgmutex-test-cmd"
+expect 0 "a command found on PATH, no #!" env PATH="$WORK/path-a:$WORK/path-b:$PATH" "$PGMUTEX" run --table "$TABLE" --lock codes -- pgmutex-test-cmd
+equal "$(cat "$OUT")" "from-a" "PATH's first folder with it wins, and sh runs a script without #!"
+"$PGMUTEX" run --table "$TABLE" --lock path -- sh -c 'echo held >"$1"; while [ ! -e "$0" ]; do sleep 0.02; done' \
+  "$WORK/path-go" "$WORK/path-held" >/dev/null 2>&1 &
+path_holder=$!
+background_pids+=("$path_holder")
+wait_for_file "$WORK/path-held"
+env PATH="$WORK/path-a:$WORK/path-b:$PATH" "$PGMUTEX" run --table "$TABLE" --lock path --wait -- pgmutex-test-cmd \
+  >"$WORK/path-out" 2>&1 &
+path_waiter=$!
+background_pids+=("$path_waiter")
+sleep 0.5
+rm "$WORK/path-a/pgmutex-test-cmd"  # found there before the wait: gone at the grant
+touch "$WORK/path-go"
+wait_exit "$path_waiter" 10
+equal "$EXIT" "0" "a command that moved while pgmutex waited runs"
+equal "$(cat "$WORK/path-out")" "from-b" "it is looked for again at the grant"
+wait_exit "$path_holder" 10
 expect 0 "the lock is free after a failed spawn" pgm status codes
 contains "$OUT" "is not held" "status after failed spawn"
 expect 137 "killed by SIGKILL: 128+9" pgm run --lock codes -- sh -c 'kill -KILL $$'
