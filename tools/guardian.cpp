@@ -58,16 +58,31 @@ void say(const char* text) {
 }
 
 // `wait`: block while the socket is full (the guard always reads it soon).
+// `passed` (unless -1): a descriptor sent along with it (SCM_RIGHTS).
 bool send_message(int fd, char kind, std::int64_t value, bool wait = false, std::int64_t lead_ns = 0,
-                  std::int64_t target = 0) noexcept {
+                  std::int64_t target = 0, int passed = -1) noexcept {
   Message message;
   std::memset(&message, 0, sizeof message);  // no stray padding bytes on the wire
   message.kind = kind;
   message.value = value;
   message.lead_ns = lead_ns;
   message.target = target;
+  iovec data{&message, sizeof message};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr header{};
+  header.msg_iov = &data;
+  header.msg_iovlen = 1;
+  if (passed >= 0) {
+    header.msg_control = control;
+    header.msg_controllen = sizeof control;
+    cmsghdr* rights = CMSG_FIRSTHDR(&header);
+    rights->cmsg_level = SOL_SOCKET;
+    rights->cmsg_type = SCM_RIGHTS;
+    rights->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(rights), &passed, sizeof passed);
+  }
   ssize_t n = 0;
-  do n = ::send(fd, &message, sizeof message, (wait ? 0 : MSG_DONTWAIT) | MSG_NOSIGNAL);
+  do n = ::sendmsg(fd, &header, (wait ? 0 : MSG_DONTWAIT) | MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
   return n == static_cast<ssize_t>(sizeof message);
 }
@@ -317,27 +332,9 @@ void Guardian::disarm() noexcept {
 bool Guardian::hand_over(int socket, std::chrono::nanoseconds linger) noexcept {
   const std::lock_guard lock(socket_mutex_);
   if (socket_.get() < 0 || !disarmed_ || exited_ || handed_over_ || socket < 0) return false;
-  Message message;
-  std::memset(&message, 0, sizeof message);
-  message.kind = hand_over_kind;
-  message.value = linger.count();
-  iovec data{&message, sizeof message};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  std::memset(control, 0, sizeof control);
-  msghdr header{};
-  header.msg_iov = &data;
-  header.msg_iovlen = 1;
-  header.msg_control = control;
-  header.msg_controllen = sizeof control;
-  cmsghdr* passed = CMSG_FIRSTHDR(&header);
-  passed->cmsg_level = SOL_SOCKET;
-  passed->cmsg_type = SCM_RIGHTS;
-  passed->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(passed), &socket, sizeof socket);
-  ssize_t n = 0;
-  do n = ::sendmsg(socket_.get(), &header, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof message)) return false;
+  // Not waiting: a guard that does not read (stopped) must not hold up
+  // pgmutex's exit; the connection then ends here, as libpq ends it.
+  if (!send_message(socket_.get(), hand_over_kind, linger.count(), /*wait=*/false, 0, 0, socket)) return false;
   handed_over_ = true;
   socket_ = Fd();  // the guard reads the message, then our end of file
   return true;

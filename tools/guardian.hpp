@@ -88,7 +88,8 @@ class Guardian {
   // PostgresOptions::hand_over_at_close) to close `linger` from now, and lets
   // it go. It is not waited for: it outlives pgmutex by `linger` at most,
   // holding none of pgmutex's standard streams. False if it could not be
-  // given (the guard is gone, or was never disarmed).
+  // given (the guard is gone, was never disarmed, or its socket is full:
+  // a stopped guard must not hold up our exit).
   bool hand_over(int socket, std::chrono::nanoseconds linger) noexcept;
   // Waits for a disarmed guard to exit (our end of the socket closed first),
   // unless it was reaped already, or handed a socket.
