@@ -4,15 +4,21 @@
 // deadline (stopped by SIGSTOP, or its connection frozen by the fault
 // proxy); a waiter that gave up leaves no row; a plain try loses to the
 // queue without writing WAL; a seed-shaped client cannot barge in; the
-// waiters behind the head make no statement while a release goes by.
+// waiters behind the head make no statement while a release goes by, and
+// their processes are not sent its offer (they LISTEN on channels of their own).
 // SessionMutex waiters queue too: in arrival order across Sessions, with no
 // statement while in line; a Session's connection that goes takes its
 // waiters' places with it.
+#include <libpq-fe.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <mutex>
 #include <stop_token>
@@ -81,6 +87,49 @@ struct Holder {
   void release() { REQUIRE(backend.release(HolderKey{LockRef{table, "job"}, "holder", fence})); }
 };
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A connection of its own that LISTENs and collects what it is sent.
+class Listener {
+ public:
+  Listener() : connection_(PQconnectdb("")) { REQUIRE(PQstatus(connection_) == CONNECTION_OK); }
+  ~Listener() { PQfinish(connection_); }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  void listen(const std::string& channel) {
+    PGresult* result = PQexec(connection_, ("LISTEN \"" + channel + "\"").c_str());
+    const bool ok = PQresultStatus(result) == PGRES_COMMAND_OK;
+    PQclear(result);
+    REQUIRE(ok);
+  }
+
+  // (channel, payload) of what came: `count` of them, or all that came in `limit`, and
+  // whatever else arrives 200 ms after the last.
+  std::vector<std::pair<std::string, std::string>> heard(std::size_t count, std::chrono::milliseconds limit) {
+    std::vector<std::pair<std::string, std::string>> got;
+    const auto until = std::chrono::steady_clock::now() + limit;
+    auto quiet_until = until;
+    while (std::chrono::steady_clock::now() < std::min(until, quiet_until)) {
+      pollfd p{PQsocket(connection_), POLLIN, 0};
+      (void)::poll(&p, 1, 50);
+      REQUIRE(PQconsumeInput(connection_) == 1);
+      while (PGnotify* n = PQnotifies(connection_)) {
+        got.emplace_back(n->relname, n->extra);
+        PQfreemem(n);
+      }
+      if (got.size() >= count && quiet_until == until) quiet_until = std::chrono::steady_clock::now() + 200ms;
+    }
+    return got;
+  }
+
+ private:
+  PGconn* connection_;
+};
+
 }  // namespace
 
 TEST_CASE("create_schema makes the queue table, twice over, and adds it to a seed-made table", "[queue][schema]") {
@@ -127,11 +176,15 @@ TEST_CASE("a release offers the lock to the head alone; the waiters behind it ma
   const std::string table = fresh_table("queue_wakeups");
   Holder holder(table);
   std::vector<Child> waiters;
+  // The waiters' server processes log each LISTEN (trace_notify) in the server's log.
+  const std::string server_log = server().pgdata + "/../server.log";
+  ::setenv("PGOPTIONS", "-c trace_notify=on -c log_min_messages=debug1", 1);
   // The runner-up probes the head once the handoff deadline (and 50 ms) passed
   // after an offer, a statement this test would count: 1.7 s, the most these
   // children's thresholds allow, keeps that probe well after the check below
   // (1.05 s with the default 1 s was once reached on a loaded machine).
   for (int i = 0; i < 6; ++i) waiters.push_back(queue_child(table, "w" + std::to_string(i), 1000, 60000, 1700));
+  ::unsetenv("PGOPTIONS");
   // Each waiter's enqueue is followed at once by the Parse of its handoff's
   // statements (the confirm, the queued try, the release), made while it
   // waits, and on these fresh connections by the release planned once
@@ -144,9 +197,48 @@ TEST_CASE("a release offers the lock to the head alone; the waiters behind it ma
                   "WHERE q.instance_id NOT IN ('w0', 'w1') AND a.state = 'idle' "
                   "AND a.query LIKE 'EXPLAIN (COSTS OFF) EXECUTE pgmutex\\_release\\_%(NULL, NULL, NULL, NULL, NULL, NULL)'") == 4;
   }));
+  // Each waiter LISTENs on its own channel (the lock's, '_', its server
+  // process's pid) and not on the lock's: an offer wakes the process it
+  // names. A connection of the test's listens on all of them.
+  auto lock_channel = holder.backend.release_channel(LockRef{table, "job"});
+  REQUIRE(lock_channel);
+  const std::vector<long long> pids = [&] {
+    std::vector<long long> found;
+    for (const auto& row : admin("SELECT waiter_pid FROM " + table + "_queue ORDER BY ticket"))
+      found.push_back(row[0].as<long long>());
+    return found;
+  }();
+  REQUIRE(pids.size() == 6);
+  const std::string log_text = read_file(server_log);
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    INFO("w" << i << ", server process " << pids[i]);
+    CHECK(log_text.find("Async_Listen(" + *lock_channel + "_" + std::to_string(pids[i]) + "," +
+                        std::to_string(pids[i]) + ")") != std::string::npos);
+    CHECK(log_text.find("Async_Listen(" + *lock_channel + "_v," + std::to_string(pids[i]) + ")") != std::string::npos);
+    CHECK(log_text.find("Async_Listen(" + *lock_channel + "," + std::to_string(pids[i]) + ")") == std::string::npos);
+  }
+  Listener listener;
+  listener.listen(*lock_channel);
+  listener.listen(*lock_channel + "_v");
+  for (long long pid : pids) listener.listen(*lock_channel + "_" + std::to_string(pid));
+
   const std::string released_at = admin("SELECT clock_timestamp()::text")[0][0].as<std::string>();
   holder.release();
   (void)fence_of(read_line(waiters[0], 60s));
+  // The offer went to the lock's channel, the head's and the runner-up's, and nowhere else (not
+  // the vacancy channel: somebody was offered the lock).
+  const auto heard = listener.heard(3, 2s);
+  CHECK(heard.size() == 3);
+  const auto count_on = [&](const std::string& channel) {
+    return std::count_if(heard.begin(), heard.end(), [&](const auto& n) { return n.first == channel; });
+  };
+  CHECK(count_on(*lock_channel) == 1);
+  CHECK(count_on(*lock_channel + "_" + std::to_string(pids[0])) == 1);
+  CHECK(count_on(*lock_channel + "_" + std::to_string(pids[1])) == 1);
+  for (const auto& [channel, payload] : heard) {
+    INFO(channel);
+    CHECK(payload.rfind("o:", 0) == 0);
+  }
   // Every waiter still in line behind the runner-up ran no statement since:
   // its connection's last statement ended before the release. The
   // runner-up (w1) is left out: facing this holder's stored 60 s threshold
@@ -240,6 +332,126 @@ TEST_CASE("a SIGKILLed head is skipped by the release itself", "[queue][dead]") 
   CHECK(holder_of(table) == "next");  // offered in place, no handoff deadline waited
   CHECK(fence_of(read_line(next, 60s)) > holder.fence);
   CHECK(wait_child(next) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a head that leaves the line while the release offers it the lock: the lock goes on, not to the place "
+          "that left",
+          "[queue][cancel]") {
+  const std::string table = fresh_table("queue_leaving_head");
+  Holder holder(table);
+  // The head's place, taken (LISTEN and all) by a backend of the test's.
+  const std::string lock = "job", head_id = "head";  // the request's views point here
+  PostgresBackend head_backend("");
+  AcquireRequest head_request = request(table, lock, head_id);
+  head_request.token = 77;
+  auto place = head_backend.enqueue(head_request, 2s);
+  REQUIRE(place);
+  // A row lock on that place (another session's, as the head's own leaving
+  // would take) holds the release at the place; the place then goes (the
+  // head's dequeue, committed while the release waits).
+  pqxx::connection leaving("");
+  pqxx::work tx(leaving);
+  tx.exec("SELECT 1 FROM " + table + "_queue WHERE ticket = " + std::to_string(place->ticket) + " FOR UPDATE");
+  auto lock_channel = holder.backend.release_channel(LockRef{table, lock});
+  REQUIRE(lock_channel);
+  Listener listener;
+  listener.listen(*lock_channel + "_v");
+  Result<void> released;  // the thread's outcome, checked on this thread (Catch2's assertions are not thread-safe)
+  std::thread release([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
+  REQUIRE(eventually([&] {
+    return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
+                  "\"%'") == 1;
+  }));
+  tx.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(place->ticket));
+  tx.commit();
+  release.join();
+  REQUIRE(released);
+  // Nobody else waits: the lock is free, not held by an offer to a place that is gone,
+  // and the vacancy channel says so.
+  CHECK(holder_of(table).empty());
+  CHECK(queued(table) == 0);
+  const auto heard = listener.heard(1, 2s);
+  REQUIRE(heard.size() == 1);
+  CHECK(heard[0].second.empty());
+}
+
+TEST_CASE("a waiter that queued as the release ran, unseen by it, hears that the lock was left free", "[queue][race]") {
+  const std::string table = fresh_table("queue_unseen");
+  Holder holder(table);
+  // The release waits for the lock row (another session's row lock): its
+  // snapshot is older than the place the waiter takes meanwhile.
+  pqxx::connection blocking("");
+  pqxx::work tx(blocking);
+  tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'job' FOR UPDATE");
+  Result<void> released;  // the thread's outcome, checked on this thread (Catch2's assertions are not thread-safe)
+  std::thread release([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
+  REQUIRE(eventually([&] {
+    return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
+                  "\"%'") == 1;
+  }));
+  // A waiter on its own connection whose own timers would not look for
+  // minutes (the holder's alert and stale thresholds are far off).
+  Options o;
+  o.table = table;
+  o.lock_name = "job";
+  o.instance_id = "unseen";
+  o.stale_threshold = 600s;
+  o.alert_threshold = 300s;
+  Mutex waiter(PostgresBackend(""), o);
+  std::optional<Result<Mutex::guard_type>> got;
+  std::thread waiting([&] { got = waiter.acquire(nothrow, 20s); });
+  REQUIRE(eventually([&] { return queued(table) == 1; }));
+  tx.commit();
+  release.join();
+  REQUIRE(released);
+  waiting.join();
+  // The release saw nobody in line: it deleted the row and said so. The
+  // waiter, asleep on its own channel, heard it on the vacancy channel and
+  // looked.
+  REQUIRE(got);
+  REQUIRE(*got);
+  CHECK(**got);
+  CHECK(holder_of(table) == "unseen");
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a queued try that finds the lock free does not offer it to a head that is leaving the line",
+          "[queue][cancel]") {
+  const std::string table = fresh_table("queue_leaving_head_try");
+  Holder holder(table);
+  const std::string lock = "job", head_id = "head", next_id = "next";  // the requests' views point here
+  PostgresBackend head_backend("");
+  AcquireRequest head_request = request(table, lock, head_id);
+  head_request.token = 77;
+  auto head_place = head_backend.enqueue(head_request, 2s);
+  REQUIRE(head_place);
+  PostgresBackend next_backend("");
+  AcquireRequest next_request = request(table, lock, next_id);
+  next_request.token = 78;
+  auto next_place = next_backend.enqueue(next_request, 2s);
+  REQUIRE(next_place);
+  admin("DELETE FROM " + table);  // the lock is free, both still in line
+  // The head's place is locked (its own leaving would lock it) while the
+  // runner-up's try runs, and then goes.
+  pqxx::connection leaving("");
+  pqxx::work tx(leaving);
+  tx.exec("SELECT 1 FROM " + table + "_queue WHERE ticket = " + std::to_string(head_place->ticket) + " FOR UPDATE");
+  next_request.queue_ticket = next_place->ticket;
+  std::optional<Result<AcquireResult>> tried;
+  std::thread next([&] { tried = next_backend.try_acquire(next_request); });
+  // Before the fix the try waited here for the place, to mark its offer.
+  for (int i = 0; i < 50 && !tried; ++i) std::this_thread::sleep_for(10ms);
+  tx.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(head_place->ticket));
+  tx.commit();
+  next.join();
+  REQUIRE(tried);
+  INFO((*tried ? std::string() : tried->error().message()));
+  REQUIRE(*tried);
+  // The lock is the runner-up's (the place it skipped was leaving), never
+  // held by an offer to a place that is gone.
+  CHECK((*tried)->acquired);
+  CHECK(holder_of(table) == "next");
   CHECK(queued(table) == 0);
 }
 

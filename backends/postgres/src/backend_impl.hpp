@@ -90,6 +90,7 @@ struct PostgresBackend::Impl {
   // (queue_waits.cpp): whether a payload may concern them soon.
   struct QueuedHere {
     bool pid_bound = false;  // its liveness is its connection's backend (else a lease the queued tries refresh)
+    int channel_pid = 0;     // a waiter on its own connection: the pid that names its own channel (queue_waits.cpp)
     bool near = false;       // head or runner-up as far as it knows: it also wakes at the holder's stale deadline
     std::chrono::nanoseconds handoff{0};
     std::optional<std::chrono::steady_clock::time_point> probe_at;  // the runner-up's look at a late head

@@ -280,12 +280,16 @@ Outcome<std::string> OwnSession::table_oid(std::string_view table, const Bound& 
   return oid;
 }
 
-Outcome<void> OwnSession::listen(const std::string& channel, const Bound& bound) {
-  if (listening_.contains(channel)) return {};
-  // The channel is an identifier that release_channel() made: safe to quote and send.
-  if (auto listened = run_text("LISTEN \"" + channel + "\"", {}, bound); !listened)
-    return tl::unexpected(std::move(listened.error()));
-  listening_.insert(channel);
+Outcome<void> OwnSession::listen(const std::string& channel, const Bound& bound) { return listen({channel}, bound); }
+
+Outcome<void> OwnSession::listen(std::initializer_list<std::string> channels, const Bound& bound) {
+  // The channels not listened yet, in one round trip (a simple query may hold several statements).
+  std::string sql;
+  for (const std::string& channel : channels)
+    if (!listening_.contains(channel)) sql += "LISTEN \"" + channel + "\"; ";  // identifiers release_channel() made
+  if (sql.empty()) return {};
+  if (auto listened = run_text(sql, {}, bound); !listened) return tl::unexpected(std::move(listened.error()));
+  listening_.insert(channels.begin(), channels.end());
   return {};
 }
 

@@ -29,12 +29,21 @@ std::string grant_to_head(std::string_view table) {
 }
 
 // The first two live waiters with no offer yet (`when`: only if this holds),
-// the head and the runner-up.
-std::string head_ctes(const std::string& q, const std::string& who_lives, const std::string& when) {
+// the head and the runner-up, their places locked: a place that leaves
+// (its dequeue) while the statement runs is skipped, not offered the lock.
+// Unlocked, the offer's UPDATE of a place deleted meanwhile wrote nothing,
+// and the lock row was left offered to no one until its stale threshold.
+// `lock`: FOR UPDATE where the statement locked the lock row first (the
+// order every statement keeps); a queued try, which writes the lock row
+// after, skips a locked place instead (SKIP LOCKED: never a wait that could
+// close a cycle; a place locked by its own leaving, or by a release that
+// will offer it anyway, is passed over only this once).
+std::string head_ctes(const std::string& q, const std::string& who_lives, const std::string& when,
+                      std::string_view lock) {
   return " live AS (SELECT q.* FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " + when +
-         " AND " + who_lives + " ORDER BY q.ticket LIMIT 2),"
+         " AND " + who_lives + " ORDER BY q.ticket LIMIT 2 " + std::string(lock) + "),"
          " head AS (SELECT * FROM live ORDER BY ticket LIMIT 1),"
-         " nxt AS (SELECT ticket FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
+         " nxt AS (SELECT ticket, waiter_pid FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
 }
 
 // 'o:<fence>:<head>:<runner-up or 0>', the offer's payload.
@@ -42,11 +51,32 @@ std::string offer_payload(const std::string& fence) {
   return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)";
 }
 
+// The NOTIFYs of an offer (or of a lock left free), `payload` on each
+// channel: the lock's (a Session's waiters, a wait for a release without a
+// place) and the head's and the runner-up's own (the lock's channel, '_',
+// their backend's pid), where a waiter on a connection of its own listens:
+// the other waiters' processes sleep through an offer that is not theirs
+// (their server processes are still signalled: Postgres signals every
+// listening backend of the database). `vacant`: when this holds (nobody was
+// offered the lock), on the lock's vacancy channel too ('_v'), which those
+// waiters also listen on: one whose place the statement did not see (taken
+// as it ran) then looks. The column's value (the number sent) is not read.
+std::string notify_offer(std::string_view table, const std::string& hash, const std::string& payload,
+                         const std::string& vacant = "false") {
+  const std::string lock_channel = channel_sql(table, hash);
+  return "(SELECT count(pg_notify(n.ch, " + payload + ")) FROM (SELECT " + lock_channel + " AS ch UNION ALL SELECT " +
+         lock_channel + " || '_' || w.waiter_pid FROM (SELECT waiter_pid FROM head UNION ALL"
+         " SELECT waiter_pid FROM nxt) AS w WHERE w.waiter_pid IS NOT NULL UNION ALL SELECT " + lock_channel +
+         " || '_v' WHERE " + vacant + ") AS n)";
+}
+
 }  // namespace
 
 // R: the holder's release (keyed) or an administrator's (force). The row
-// goes to the first live waiter as an offer (one NOTIFY naming it and the
-// runner-up), or is deleted when nobody live waits (NOTIFY ''). Waiters
+// goes to the first live waiter as an offer (a NOTIFY naming it and the
+// runner-up, on the lock's channel and on theirs: notify_offer), or is
+// deleted when nobody live waits (NOTIFY '' on the lock's channel and its
+// vacancy channel). Waiters
 // ahead of the head are dead, and offers ahead of it orphaned: swept.
 //
 // `vacate` (keyed only): a leadership's resign. The same statement vacates
@@ -68,7 +98,7 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
               ", true)),"
           " me AS (SELECT t.* FROM " + t + " AS t, cfg WHERE t.locked = 1 AND t.lock_name = $1 AND t.lock_name <> ''" +
               key + " FOR UPDATE OF t)," + vacated.ctes +
-              head_ctes(q, alive("q"), "EXISTS (SELECT 1 FROM me)") +
+              head_ctes(q, alive("q"), "EXISTS (SELECT 1 FROM me)", "FOR UPDATE OF q") +
               " offer AS (UPDATE " + t + " AS t SET " + grant_to_head(table) +
               " FROM me, head WHERE t.locked = 1 AND t.lock_name = $1 AND t.fence = me.fence RETURNING t.fence),"
               " offer_mark AS (UPDATE " + q + " AS q SET offered_fence = offer.fence,"
@@ -79,9 +109,12 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
               " swept AS (DELETE FROM " + q + " AS q USING me WHERE q.lock_name = $1"
               " AND q.ticket < coalesce((SELECT ticket FROM head), 9223372036854775807)"
               " AND (q.offered_fence IS NOT NULL OR NOT " + alive("q") + ") RETURNING 1)"
-              " SELECT " + std::string(row_columns) + ", pg_notify(" + channel_sql(table, hash) +
-              ", CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " + offer_payload("(SELECT fence FROM offer)") +
-              " ELSE '' END), (SELECT count(*) FROM swept)" + vacated.columns + " FROM me"};
+              " SELECT " + std::string(row_columns) + ", " +
+              notify_offer(table, hash,
+                           "CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " +
+                               offer_payload("(SELECT fence FROM offer)") + " ELSE '' END",
+                           "NOT EXISTS (SELECT 1 FROM offer_mark)") +
+              ", (SELECT count(*) FROM swept)" + vacated.columns + " FROM me"};
 }
 
 void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
@@ -125,7 +158,7 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " AND (NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
       " OR coalesce((SELECT lapsed FROM off), false)))," +
       head_ctes(q, "((q.ticket = $10 AND q.waiter_token = $4::bigint) OR " + alive("q") + ")",
-                "EXISTS (SELECT 1 FROM avail)") +
+                "EXISTS (SELECT 1 FROM avail)", "FOR UPDATE OF q SKIP LOCKED") +
       " upd AS (UPDATE " + t + " AS t SET " + grant_to_head(table) + " FROM head, cur WHERE t.locked = 1"
       " AND t.lock_name = $1 AND t.fence = cur.fence AND t.last_heartbeat = cur.last_heartbeat RETURNING t.fence),"
       " ins AS (INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
@@ -153,8 +186,8 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " EXISTS (SELECT 1 FROM lost), c.instance_id, c.fence, c.age,"
       " CASE WHEN EXISTS (SELECT 1 FROM off) THEN 0 ELSE c.token END, c.stale, (SELECT left_s FROM grace),"
       " (SELECT fence FROM granted), (SELECT instance_id FROM head),"
-      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN pg_notify(" + channel_sql(table, "$12") + ", " +
-          offer_payload("(SELECT fence FROM granted)") + ") END,"
+      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " +
+          notify_offer(table, "$12", offer_payload("(SELECT fence FROM granted)")) + " END,"
       " (SELECT count(*) FROM rejoin) + (SELECT count(*) FROM conf_out) + (SELECT count(*) FROM lost_out)"
       " + (SELECT count(*) FROM swept)" + (announce ? announce->columns : std::string()) +
       " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true";

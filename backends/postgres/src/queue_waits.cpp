@@ -29,15 +29,22 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
       request.lock.table, "enqueue for " + lock_context(request.lock), Effect::write, request.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<QueuePlace> {
         // LISTEN before the place is taken: a release after it is heard.
-        // A pgmutex::Session's connection LISTENs too: its I/O thread hands
-        // the offers to its waiters (queue_book.cpp).
+        // A waiter on a connection of its own LISTENs on its own channel,
+        // which a release names only when it offers to it or makes it the
+        // runner-up (notify_offer in queue_sql.cpp): the other waiters'
+        // processes are not woken by every handoff. A pgmutex::Session's
+        // connection LISTENs on the lock's channel: its I/O thread hands the
+        // offers to its waiters (queue_book.cpp).
         const bool listens = (impl_->own.has_value() || impl_->core != nullptr) && !session.unnamed();
+        const int own_pid = listens && impl_->core == nullptr ? session.reported_backend_pid() : 0;
         if (listens) {
           auto oid = session.table_oid(request.lock.table, bound);
           if (!oid) return tl::unexpected(std::move(oid.error()));
           auto& own = dynamic_cast<OwnSession&>(session);
-          if (auto listened = own.listen(postgres_detail::release_channel(*oid, request.lock.lock_name), bound); !listened)
-            return tl::unexpected(std::move(listened.error()));
+          const std::string channel = postgres_detail::release_channel(*oid, request.lock.lock_name);
+          auto listened = own_pid != 0 ? own.listen({own_channel(channel, own_pid), vacancy_channel(channel)}, bound)
+                                       : own.listen(channel, bound);
+          if (!listened) return tl::unexpected(std::move(listened.error()));
         }
         const HolderDetails& given = request.holder_details;
         auto rows = session.run(
@@ -78,6 +85,7 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
         if (impl_->queued_here.size() >= 256) impl_->queued_here.clear();  // places left without a dequeue
         auto& here = impl_->queued_here[place.ticket];
         here.pid_bound = listens && rows->text(0, 3) == "t";
+        here.channel_pid = here.pid_bound ? own_pid : 0;
         here.near = place.ahead <= 1;
         here.handoff = handoff_deadline;
         here.poll_delay = first_look;
@@ -165,15 +173,32 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
                                                                      ": the connection is closed");
     auto oid = own.table_oid(w.lock.table, bound);
     if (!oid) return failed(std::move(oid.error()));
-    const std::string channel = postgres_detail::release_channel(*oid, w.lock.lock_name);
-    if (!own.listening(channel)) {
-      // A new connection: LISTEN again, then look once, since an offer made
+    // Offers name this waiter on its own channel while its place is bound
+    // to this connection's backend (its pid in the place), and a lock left
+    // free says so on the vacancy channel; otherwise (behind a session
+    // pooler, or on a new connection until a look re-attaches the place, or
+    // never, while the old backend lives) both come on the lock's channel.
+    const std::string lock_channel = postgres_detail::release_channel(*oid, w.lock.lock_name);
+    const int pid = own.reported_backend_pid();
+    const bool on_own_channel = here.channel_pid != 0 && here.channel_pid == pid;
+    const std::vector<std::string> channels =
+        on_own_channel ? std::vector<std::string>{own_channel(lock_channel, pid), vacancy_channel(lock_channel)}
+                       : std::vector<std::string>{lock_channel};
+    if (!std::all_of(channels.begin(), channels.end(), [&](const std::string& c) { return own.listening(c); })) {
+      // A new connection: LISTEN, then look once, since an offer made
       // before the LISTEN was not heard.
-      if (auto listened = own.listen(channel, bound); !listened) return failed(std::move(listened.error()));
+      for (const std::string& channel : channels)
+        if (auto listened = own.listen(channel, bound); !listened) return failed(std::move(listened.error()));
       return QueueWake::look;
     }
+    const auto take_payloads = [&] {
+      std::vector<std::string> payloads;
+      for (const std::string& channel : channels)
+        for (std::string& payload : own.take_payloads(channel)) payloads.push_back(std::move(payload));
+      return payloads;
+    };
     for (;;) {
-      for (const std::string& payload : own.take_payloads(channel)) {
+      for (const std::string& payload : take_payloads()) {
         if (payload.empty()) return QueueWake::look;  // the row went and nobody was offered it
         const auto offer = offer_of(payload);
         if (!offer) continue;

@@ -199,10 +199,16 @@ std::string release_channel(std::string_view table_oid, std::string_view lock_na
   return "pgmutex_" + std::string(table_oid) + "_" + lock_hash(lock_name);
 }
 
+std::string own_channel(const std::string& lock_channel, int backend_pid) {
+  return lock_channel + "_" + std::to_string(backend_pid);
+}
+
+std::string vacancy_channel(const std::string& lock_channel) { return lock_channel + "_v"; }
+
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v12");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v13");
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;

@@ -131,6 +131,12 @@ std::string lock_hash(std::string_view lock_name);
 // The NOTIFY channel of one lock: "pgmutex_<table oid>_<lock hash>", an
 // identifier whatever the lock name. The statements build the same text.
 std::string release_channel(std::string_view table_oid, std::string_view lock_name);
+// A queued waiter's own channel on its connection, as notify_offer() builds
+// it in SQL: the lock's channel, '_', the waiter's backend pid.
+std::string own_channel(const std::string& lock_channel, int backend_pid);
+// Where a release that left the lock free (offered to nobody) says so, for
+// the waiters on their own channels: the lock's channel, '_v'.
+std::string vacancy_channel(const std::string& lock_channel);
 
 // 64-bit FNV-1a, as 16 hex digits.
 std::string hash_hex(std::string_view text);
