@@ -438,17 +438,21 @@ TEST_CASE("a queued try that finds the lock free does not offer it to a head tha
   pqxx::work tx(leaving);
   tx.exec("SELECT 1 FROM " + table + "_queue WHERE ticket = " + std::to_string(head_place->ticket) + " FOR UPDATE");
   next_request.queue_ticket = next_place->ticket;
-  std::optional<Result<AcquireResult>> tried;
+  std::optional<Result<AcquireResult>> tried;  // read after the join only
   std::thread next([&] { tried = next_backend.try_acquire(next_request); });
-  // Before the fix the try waited here for the place, to mark its offer.
-  for (int i = 0; i < 50 && !tried; ++i) std::this_thread::sleep_for(10ms);
+  // The try waits for the place (before the fix: to mark its offer, the
+  // lock row already written over to the head; now: to lock it, first).
+  REQUIRE(eventually([&] {
+    return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
+                  "\"%'") == 1;
+  }));
   tx.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(head_place->ticket));
   tx.commit();
   next.join();
   REQUIRE(tried);
   INFO((*tried ? std::string() : tried->error().message()));
   REQUIRE(*tried);
-  // The lock is the runner-up's (the place it skipped was leaving), never
+  // The lock is the runner-up's (the place it waited for left), never
   // held by an offer to a place that is gone.
   CHECK((*tried)->acquired);
   CHECK(holder_of(table) == "next");

@@ -33,17 +33,18 @@ std::string grant_to_head(std::string_view table) {
 // (its dequeue) while the statement runs is skipped, not offered the lock.
 // Unlocked, the offer's UPDATE of a place deleted meanwhile wrote nothing,
 // and the lock row was left offered to no one until its stale threshold.
-// `lock`: FOR UPDATE where the statement locked the lock row first (the
-// order every statement keeps); a queued try, which writes the lock row
-// after, skips a locked place instead (SKIP LOCKED: never a wait that could
-// close a cycle; a place locked by its own leaving, or by a release that
-// will offer it anyway, is passed over only this once).
-std::string head_ctes(const std::string& q, const std::string& who_lives, const std::string& when,
-                      std::string_view lock) {
+// `when` must hold the lock row (or, for a free lock, the insert's advisory
+// lock) first: the order every statement keeps, so no two wait on each other.
+std::string head_ctes(const std::string& q, const std::string& who_lives, const std::string& when) {
   return " live AS (SELECT q.* FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " + when +
-         " AND " + who_lives + " ORDER BY q.ticket LIMIT 2 " + std::string(lock) + "),"
+         " AND " + who_lives + " ORDER BY q.ticket LIMIT 2 FOR UPDATE OF q),"
          " head AS (SELECT * FROM live ORDER BY ticket LIMIT 1),"
          " nxt AS (SELECT ticket, waiter_pid FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
+}
+
+// The advisory lock that serializes the inserts of one lock's row.
+std::string insert_lock_key(std::string_view table) {
+  return "(" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)";
 }
 
 // 'o:<fence>:<head>:<runner-up or 0>', the offer's payload.
@@ -98,7 +99,7 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
               ", true)),"
           " me AS (SELECT t.* FROM " + t + " AS t, cfg WHERE t.locked = 1 AND t.lock_name = $1 AND t.lock_name <> ''" +
               key + " FOR UPDATE OF t)," + vacated.ctes +
-              head_ctes(q, alive("q"), "EXISTS (SELECT 1 FROM me)", "FOR UPDATE OF q") +
+              head_ctes(q, alive("q"), "EXISTS (SELECT 1 FROM me)") +
               " offer AS (UPDATE " + t + " AS t SET " + grant_to_head(table) +
               " FROM me, head WHERE t.locked = 1 AND t.lock_name = $1 AND t.fence = me.fence RETURNING t.fence),"
               " offer_mark AS (UPDATE " + q + " AS q SET offered_fence = offer.fence,"
@@ -157,15 +158,21 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " avail AS (SELECT 1 FROM queued_here WHERE NOT " + std::string(in_grace) +
       " AND (NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
       " OR coalesce((SELECT lapsed FROM off), false)))," +
+      // Before the places are locked (head_ctes), the lock row if it is to
+      // be taken over, or the insert's advisory lock if the lock is free.
+      " gate_row AS (SELECT 1 FROM " + t + " AS t WHERE t.locked = 1 AND t.lock_name = $1"
+      " AND EXISTS (SELECT 1 FROM cur) AND EXISTS (SELECT 1 FROM avail) FOR UPDATE OF t),"
+      " gate_free AS (SELECT pg_advisory_xact_lock(" + insert_lock_key(table) + ") AS done"
+      " WHERE NOT EXISTS (SELECT 1 FROM cur) AND EXISTS (SELECT 1 FROM avail))," +
       head_ctes(q, "((q.ticket = $10 AND q.waiter_token = $4::bigint) OR " + alive("q") + ")",
-                "EXISTS (SELECT 1 FROM avail)", "FOR UPDATE OF q SKIP LOCKED") +
+                "EXISTS (SELECT 1 FROM avail) AND (EXISTS (SELECT 1 FROM gate_row) OR EXISTS (SELECT 1 FROM gate_free))") +
       " upd AS (UPDATE " + t + " AS t SET " + grant_to_head(table) + " FROM head, cur WHERE t.locked = 1"
       " AND t.lock_name = $1 AND t.fence = cur.fence AND t.last_heartbeat = cur.last_heartbeat RETURNING t.fence),"
       " ins AS (INSERT INTO " + t + " (lock_name, locked, instance_id, last_heartbeat, acquired_at, fence,"
       " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
       " SELECT $1, 1, head.instance_id, now(), now(), " + fence_value(table) + ", head.waiter_token, head.stale_s,"
       " head.holder_host, head.holder_pid, head.holder_command FROM head,"
-      " (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295))) AS serialized"
+      " (SELECT pg_advisory_xact_lock(" + insert_lock_key(table) + ")) AS serialized"
       " WHERE NOT EXISTS (SELECT 1 FROM cur) ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"
       " granted AS (SELECT fence FROM upd UNION ALL SELECT fence FROM ins),"
       " took AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND q.ticket = (SELECT ticket FROM head)"

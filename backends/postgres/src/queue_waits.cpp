@@ -187,8 +187,8 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     if (!std::all_of(channels.begin(), channels.end(), [&](const std::string& c) { return own.listening(c); })) {
       // A new connection: LISTEN, then look once, since an offer made
       // before the LISTEN was not heard.
-      for (const std::string& channel : channels)
-        if (auto listened = own.listen(channel, bound); !listened) return failed(std::move(listened.error()));
+      auto listened = on_own_channel ? own.listen({channels[0], channels[1]}, bound) : own.listen(channels[0], bound);
+      if (!listened) return failed(std::move(listened.error()));
       return QueueWake::look;
     }
     const auto take_payloads = [&] {
