@@ -350,6 +350,10 @@ TEST_CASE("a head that leaves the line while the release offers it the lock: the
   // A row lock on that place (another session's, as the head's own leaving
   // would take) holds the release at the place; the place then goes (the
   // head's dequeue, committed while the release waits).
+  // The thread and its outcome outlive the session's lock (declared first):
+  // a failed check ends that transaction, then waits for the thread.
+  Result<void> released;  // the thread's outcome, checked on this thread (Catch2's assertions are not thread-safe)
+  std::jthread release;
   pqxx::connection leaving("");
   pqxx::work tx(leaving);
   tx.exec("SELECT 1 FROM " + table + "_queue WHERE ticket = " + std::to_string(place->ticket) + " FOR UPDATE");
@@ -357,8 +361,7 @@ TEST_CASE("a head that leaves the line while the release offers it the lock: the
   REQUIRE(lock_channel);
   Listener listener;
   listener.listen(*lock_channel + "_v");
-  Result<void> released;  // the thread's outcome, checked on this thread (Catch2's assertions are not thread-safe)
-  std::thread release([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
+  release = std::jthread([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
   REQUIRE(eventually([&] {
     return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
                   "\"%'") == 1;
@@ -380,12 +383,14 @@ TEST_CASE("a waiter that queued as the release ran, unseen by it, hears that the
   const std::string table = fresh_table("queue_unseen");
   Holder holder(table);
   // The release waits for the lock row (another session's row lock): its
-  // snapshot is older than the place the waiter takes meanwhile.
+  // snapshot is older than the place the waiter takes meanwhile. The
+  // thread and its outcome outlive that lock (declared first).
+  Result<void> released;  // the thread's outcome, checked on this thread (Catch2's assertions are not thread-safe)
+  std::jthread release;
   pqxx::connection blocking("");
   pqxx::work tx(blocking);
   tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'job' FOR UPDATE");
-  Result<void> released;  // the thread's outcome, checked on this thread (Catch2's assertions are not thread-safe)
-  std::thread release([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
+  release = std::jthread([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
   REQUIRE(eventually([&] {
     return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
                   "\"%'") == 1;
@@ -400,7 +405,7 @@ TEST_CASE("a waiter that queued as the release ran, unseen by it, hears that the
   o.alert_threshold = 300s;
   Mutex waiter(PostgresBackend(""), o);
   std::optional<Result<Mutex::guard_type>> got;
-  std::thread waiting([&] { got = waiter.acquire(nothrow, 20s); });
+  std::jthread waiting([&] { got = waiter.acquire(nothrow, 20s); });
   REQUIRE(eventually([&] { return queued(table) == 1; }));
   tx.commit();
   release.join();
@@ -433,13 +438,15 @@ TEST_CASE("a queued try that finds the lock free does not offer it to a head tha
   REQUIRE(next_place);
   admin("DELETE FROM " + table);  // the lock is free, both still in line
   // The head's place is locked (its own leaving would lock it) while the
-  // runner-up's try runs, and then goes.
+  // runner-up's try runs, and then goes. The thread and its outcome
+  // outlive that lock (declared first).
+  std::optional<Result<AcquireResult>> tried;  // read after the join only
+  std::jthread next;
   pqxx::connection leaving("");
   pqxx::work tx(leaving);
   tx.exec("SELECT 1 FROM " + table + "_queue WHERE ticket = " + std::to_string(head_place->ticket) + " FOR UPDATE");
   next_request.queue_ticket = next_place->ticket;
-  std::optional<Result<AcquireResult>> tried;  // read after the join only
-  std::thread next([&] { tried = next_backend.try_acquire(next_request); });
+  next = std::jthread([&] { tried = next_backend.try_acquire(next_request); });
   // The try waits for the place (before the fix: to mark its offer, the
   // lock row already written over to the head; now: to lock it, first).
   REQUIRE(eventually([&] {

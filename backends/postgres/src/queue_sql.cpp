@@ -4,9 +4,16 @@
 //
 // Lock order, kept in every statement: the lock row before any queue row
 // (each CTE that writes the queue reads one that wrote or locked the lock
-// row), so two statements never wait on each other. Every takeover is an
-// UPDATE ... WHERE that Postgres re-checks on the newest row version, and
-// every grant draws a new fence: the queue decides only who is next.
+// row, or for a free lock the insert's advisory lock), so two statements do
+// not wait on each other. One narrow exception is known: a queued try that
+// waited for another's insert of a free lock's row works from a snapshot
+// without that row; should a release of the new row sweep a place the try
+// locked while the try waits for that release's head, Postgres ends one of
+// them after deadlock_timeout (40P01, which the caller retries).
+//
+// Every takeover is an UPDATE ... WHERE that Postgres re-checks on the
+// newest row version, and every grant draws a new fence: the queue decides
+// only who is next.
 #include <string>
 
 #include "pgmutex/table_name.hpp"
@@ -34,7 +41,7 @@ std::string grant_to_head(std::string_view table) {
 // Unlocked, the offer's UPDATE of a place deleted meanwhile wrote nothing,
 // and the lock row was left offered to no one until its stale threshold.
 // `when` must hold the lock row (or, for a free lock, the insert's advisory
-// lock) first: the order every statement keeps, so no two wait on each other.
+// lock) first: the order every statement keeps (the header).
 std::string head_ctes(const std::string& q, const std::string& who_lives, const std::string& when) {
   return " live AS (SELECT q.* FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " + when +
          " AND " + who_lives + " ORDER BY q.ticket LIMIT 2 FOR UPDATE OF q),"
