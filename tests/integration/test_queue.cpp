@@ -87,6 +87,12 @@ struct Holder {
   void release() { REQUIRE(backend.release(HolderKey{LockRef{table, "job"}, "holder", fence})); }
 };
 
+// Whether one statement on `table` (named in its text) waits for a lock.
+bool waits_for_a_row_lock(const std::string& table) {
+  return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
+                "\"%'") == 1;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -362,10 +368,7 @@ TEST_CASE("a head that leaves the line while the release offers it the lock: the
   Listener listener;
   listener.listen(*lock_channel + "_v");
   release = std::jthread([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
-  REQUIRE(eventually([&] {
-    return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
-                  "\"%'") == 1;
-  }));
+  REQUIRE(eventually([&] { return waits_for_a_row_lock(table); }));
   tx.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(place->ticket));
   tx.commit();
   release.join();
@@ -391,10 +394,7 @@ TEST_CASE("a waiter that queued as the release ran, unseen by it, hears that the
   pqxx::work tx(blocking);
   tx.exec("SELECT 1 FROM " + table + " WHERE lock_name = 'job' FOR UPDATE");
   release = std::jthread([&] { released = holder.backend.release(HolderKey{LockRef{table, "job"}, "holder", holder.fence}); });
-  REQUIRE(eventually([&] {
-    return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
-                  "\"%'") == 1;
-  }));
+  REQUIRE(eventually([&] { return waits_for_a_row_lock(table); }));
   // A waiter on its own connection whose own timers would not look for
   // minutes (the holder's alert and stale thresholds are far off).
   Options o;
@@ -449,10 +449,7 @@ TEST_CASE("a queued try that finds the lock free does not offer it to a head tha
   next = std::jthread([&] { tried = next_backend.try_acquire(next_request); });
   // The try waits for the place (before the fix: to mark its offer, the
   // lock row already written over to the head; now: to lock it, first).
-  REQUIRE(eventually([&] {
-    return scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%\"" + table +
-                  "\"%'") == 1;
-  }));
+  REQUIRE(eventually([&] { return waits_for_a_row_lock(table); }));
   tx.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(head_place->ticket));
   tx.commit();
   next.join();
