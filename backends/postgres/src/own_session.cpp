@@ -280,9 +280,11 @@ Outcome<std::string> OwnSession::table_oid(std::string_view table, const Bound& 
   return oid;
 }
 
-Outcome<void> OwnSession::listen(const std::string& channel, const Bound& bound) { return listen({channel}, bound); }
+Outcome<void> OwnSession::listen(const std::string& channel, const Bound& bound) {
+  return listen(std::vector<std::string>{channel}, bound);
+}
 
-Outcome<void> OwnSession::listen(std::initializer_list<std::string> channels, const Bound& bound) {
+Outcome<void> OwnSession::listen(const std::vector<std::string>& channels, const Bound& bound) {
   // The channels not listened yet, in one round trip (a simple query may hold several statements).
   std::string sql;
   for (const std::string& channel : channels)

@@ -60,7 +60,7 @@ class OwnSession final : public Session {
   // LISTENs on `channel` unless this connection already does (no cap: the
   // session UNLISTENs nothing while a waiter may need it).
   Outcome<void> listen(const std::string& channel, const Bound& bound);
-  Outcome<void> listen(std::initializer_list<std::string> channels, const Bound& bound);
+  Outcome<void> listen(const std::vector<std::string>& channels, const Bound& bound);
   // The socket to poll() (-1: no usable connection).
   [[nodiscard]] int socket() const noexcept { return connection_ ? connection_->socket() : -1; }
   // Reads what arrived; false (and the connection dropped) if it is gone.

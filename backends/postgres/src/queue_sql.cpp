@@ -49,11 +49,6 @@ std::string head_ctes(const std::string& q, const std::string& who_lives, const 
          " nxt AS (SELECT ticket, waiter_pid FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
 }
 
-// The advisory lock that serializes the inserts of one lock's row.
-std::string insert_lock_key(std::string_view table) {
-  return "(" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)";
-}
-
 // 'o:<fence>:<head>:<runner-up or 0>', the offer's payload.
 std::string offer_payload(const std::string& fence) {
   return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)";

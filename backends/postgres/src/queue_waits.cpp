@@ -187,8 +187,7 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     if (!std::all_of(channels.begin(), channels.end(), [&](const std::string& c) { return own.listening(c); })) {
       // A new connection: LISTEN, then look once, since an offer made
       // before the LISTEN was not heard.
-      auto listened = on_own_channel ? own.listen({channels[0], channels[1]}, bound) : own.listen(channels[0], bound);
-      if (!listened) return failed(std::move(listened.error()));
+      if (auto listened = own.listen(channels, bound); !listened) return failed(std::move(listened.error()));
       return QueueWake::look;
     }
     const auto take_payloads = [&] {

@@ -90,6 +90,10 @@ const std::string& row_columns = *new std::string(
 // of one table gives one value. The name is validated, so it is a safe literal.
 std::string oid_of(std::string_view table) { return "(" + literal(quote_table(table)) + "::regclass)::oid::bigint"; }
 
+std::string insert_lock_key(std::string_view table) {
+  return "(" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)";
+}
+
 // The NOTIFY channel, built in SQL exactly as release_channel() builds it.
 std::string channel_sql(std::string_view table, std::string_view hash_param) {
   return "'pgmutex_' || " + oid_of(table) + "::text || '_' || " + std::string(hash_param);
@@ -267,8 +271,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " grant_token, holder_stale_s, holder_host, holder_pid, holder_command)"
                " SELECT $1, 1, $2, now(), now(), " + fence_value(table) + ", nullif($4::bigint, 0), $3::float8," +
                std::string(holder_values) +
-               " FROM (SELECT pg_advisory_xact_lock((" + oid_of(table) + " << 32) | (hashtext($1)::bigint & 4294967295)))"
-               " AS serialized"
+               " FROM (SELECT pg_advisory_xact_lock(" + insert_lock_key(table) + ")) AS serialized"
                " WHERE NOT EXISTS (SELECT 1 FROM cur) AND NOT EXISTS (SELECT 1 FROM queued) AND NOT " +
                std::string(in_grace) +
                " ON CONFLICT (locked, lock_name) DO NOTHING RETURNING fence),"

@@ -13,6 +13,9 @@ std::string literal(std::string_view text);
 std::string fence_value(std::string_view table);
 // The table's oid, computed by the server from the quoted name.
 std::string oid_of(std::string_view table);
+// The key of the advisory lock that serializes the inserts of one lock's
+// row ($1 the lock name): a plain try's, a queued try's.
+std::string insert_lock_key(std::string_view table);
 // The NOTIFY channel, built in SQL exactly as release_channel() builds it.
 std::string channel_sql(std::string_view table, std::string_view hash_param);
 // "schema"."table_queue", every part quoted.
