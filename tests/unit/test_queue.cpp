@@ -8,9 +8,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace pgmutex;
@@ -361,4 +363,40 @@ TEST_CASE("the singleton's blocking form waits in line", "[queue][singleton]") {
   CHECK(ran == 7);
   CHECK(w.queue().empty());
   CHECK_FALSE(w.row());
+}
+
+namespace {
+
+// A memory backend that blocks in the queue as Postgres's does
+// (BackendWaitsInQueue) and misses every wake-up: each wait runs `meanwhile`
+// (say, the holder releasing), then says its limit passed. After `waits`
+// of them it reports a stop, so that a waiter that never looks ends.
+struct MissedWakes : MemoryBackend {
+  explicit MissedWakes(MemoryBackend b) : MemoryBackend(std::move(b)) {}
+  std::function<void()> meanwhile;
+  int waits = 0;
+  Result<QueueWake> wait_in_queue(const WatchRequest&, std::int64_t, std::chrono::nanoseconds,
+                                  std::stop_token) noexcept {
+    if (++waits > 3) return QueueWake::stopped;
+    if (meanwhile) std::exchange(meanwhile, nullptr)();
+    return QueueWake::timed_out;
+  }
+};
+static_assert(BackendWaitsInQueue<MissedWakes>);
+
+}  // namespace
+
+TEST_CASE("a waiter without a timeout looks again when its hourly limit passes, so a missed wake-up ends",
+          "[queue]") {
+  World w;
+  RawHolder raw(w.sim);
+  MissedWakes backend(w.sim.connection("b"));
+  backend.meanwhile = [&raw] { raw.release(); };  // its offer's wake-up is the one missed
+  BasicMutex<MissedWakes, ManualClock, NoMetrics, ManualExecutor> b(std::move(backend), opts("b"), w.sim.clock(),
+                                                                      NoMetrics{}, w.sim.executor());
+  auto got = b.acquire(nothrow);
+  REQUIRE(got);
+  CHECK(*got);  // before the fix: three hours without a look, then cancelled
+  CHECK(w.row()->instance_id == "b");
+  CHECK(w.queue().empty());
 }

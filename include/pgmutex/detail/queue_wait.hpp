@@ -136,7 +136,9 @@ struct QueueWait {
           continue;
         }
         if (*woke == QueueWake::stopped) return leave(Errc::cancelled);
-        try_now = *woke == QueueWake::turn || *woke == QueueWake::look;
+        // Without a timeout, the hourly limit passing is the look that
+        // catches a missed wake-up (with one, the top of the loop leaves).
+        try_now = *woke == QueueWake::turn || *woke == QueueWake::look || (*woke == QueueWake::timed_out && !l);
       } else {
         static_assert(BackendPollsQueue<B>, "a queueing backend either blocks in the queue or answers a look");
         for (;;) {
