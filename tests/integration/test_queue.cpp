@@ -533,6 +533,29 @@ TEST_CASE("a waiter in the middle that times out leaves no row; the line goes on
   CHECK(wait_child(last) == 0);
 }
 
+TEST_CASE("a waiter further back, with the head and the runner-up gone, still takes over from a holder that died",
+          "[queue][dead]") {
+  const std::string table = fresh_table("queue_back");
+  // A holder that died: its row stays, with no heartbeat, stale after 2 s.
+  PostgresBackend holder("");
+  REQUIRE(holder.create_schema(table));
+  auto won = holder.try_acquire(AcquireRequest{LockRef{table, "job"}, "holder", 2s});
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  Child first = queue_child(table, "first", 20, 1000);
+  Child second = queue_child(table, "second", 20, 1000);
+  Child third = queue_child(table, "third", 20, 30000);  // two ahead of it: not the head's watcher
+  // The two that watch the holder leave before its row goes stale, and tell nobody.
+  CHECK(read_line(first, 60s) == "not-acquired");
+  CHECK(read_line(second, 60s) == "not-acquired");
+  // The third looks once per stale threshold (2 s here): before, it slept
+  // until its own timeout, the line watched by nobody.
+  CHECK(fence_of(read_line(third, 60s)) > won->fence);
+  CHECK(wait_child(first) == 1);
+  CHECK(wait_child(second) == 1);
+  CHECK(wait_child(third) == 0);
+}
+
 TEST_CASE("a seed-shaped client cannot take a queued or offered lock", "[queue][seed]") {
   const std::string table = fresh_table("queue_seedclient");
   Holder holder(table);

@@ -78,9 +78,12 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
   Place& place = place_of(w, ticket);
   const StoppableWait::Registered registered(place.waiting, wait);
   place.holder_changed = false;  // the holder this wait's request describes is the current one
-  // The holder's stale deadline as the last try saw it, for a head or runner-up.
+  // The holder's stale deadline as the last try saw it, for a head or
+  // runner-up; a waiter further back looks once per stale threshold (as
+  // PostgresBackend::wait_in_queue: the net for a line whose near waiters went).
   const auto stale_at = [&]() -> std::optional<Deadline> {
-    if (place.holder_changed || !place.near || !w.holder_stale_in) return std::nullopt;
+    if (!place.near) return start + w.stale_threshold;
+    if (place.holder_changed || !w.holder_stale_in) return std::nullopt;
     return start + *w.holder_stale_in;
   };
   const auto ended = [&]() -> std::optional<Result<QueueWake>> {
@@ -136,8 +139,9 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
     place.stale_at.reset();
     place.look_at.reset();
     if (place.near && w.holder_stale_in) place.stale_at = now + *w.holder_stale_in;
+    if (!place.near) place.look_at = now + w.stale_threshold;  // the net of a waiter further back (above)
     if (place.channel.empty()) {
-      place.look_at = now + place.poll_delay;
+      place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + place.poll_delay);
       place.poll_delay = std::min(place.poll_delay * 2, longest_look);
     }
     if (place.woke) {
@@ -224,6 +228,10 @@ void SessionCore::dispatch_to_places(const std::vector<Notification>& notes) {
         if (offer->head == key.second) {
           place.offered = true;
           tell(place, QueueWake::turn);
+          continue;
+        }
+        if (offer->head > key.second) {  // passed over or not seen: a look re-attaches it or finds it lost
+          tell(place, QueueWake::look);
           continue;
         }
         // Only a waiter whose timers change is woken to reset them: the

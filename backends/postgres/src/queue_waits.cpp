@@ -140,9 +140,14 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     // An offer to another waiter came: the holder the last try saw is gone,
     // and its deadline with it (the runner-up's probe looks at the new one).
     bool holder_changed = false;
-    // The holder's stale deadline, as the last try saw it, for a head or runner-up.
+    // The holder's stale deadline, as the last try saw it, for a head or
+    // runner-up. A waiter further back looks once per stale threshold: the
+    // net for a line whose near waiters all went (left, died with the
+    // holder's host, or took the lock themselves, which names nobody), where
+    // nobody else would look at a holder that died.
     const auto stale_at = [&]() -> std::optional<Clock::time_point> {
-      if (holder_changed || !here.near || !w.holder_stale_in) return std::nullopt;
+      if (!here.near) return start + w.stale_threshold;
+      if (holder_changed || !w.holder_stale_in) return std::nullopt;
       return start + *w.holder_stale_in;
     };
     auto sleep_until = [&](Clock::time_point until) -> bool {  // true: stopped
@@ -205,6 +210,10 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
           here.offered = true;
           return QueueWake::turn;
         }
+        // An offer to a waiter behind us, none to us: our place was passed
+        // over (judged dead: a reconnect whose old backend lived on, a
+        // lapsed lease) or not seen. A look re-attaches it or finds it lost.
+        if (offer->head > ticket) return QueueWake::look;
         holder_changed = true;
         if (offer->runner_up == ticket) {
           here.near = true;
@@ -216,6 +225,11 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
       auto wake_at = deadline;
       if (here.probe_at) wake_at = std::min(wake_at, *here.probe_at);
       if (const auto s = stale_at()) wake_at = std::min(wake_at, *s);
+      // A place kept by a lease (behind a session pooler: no pid to bind
+      // it) lives while its queued tries refresh it: look before it lapses,
+      // or a release counts it dead and sweeps it.
+      if (!here.pid_bound && here.handoff != std::chrono::nanoseconds::zero())
+        wake_at = std::min(wake_at, start + pooled_lease / 2);
       auto woke = own.await_input(wake_at, stopped.fd());
       if (!woke) return failed(std::move(woke.error()));
       if (*woke == PqConnection::Woke::wake_fd) return QueueWake::stopped;
