@@ -3,7 +3,9 @@
 // once per mode), and a role with only the privileges the lock needs
 // ([privilege], directly against the server).
 #include <atomic>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "pgmutex/mutex.hpp"
 #include "pgmutex/postgres_pool.hpp"
@@ -288,6 +290,53 @@ TEST_CASE("through pgbouncer, prepared statements: all works in session pooling;
   CHECK_THAT(refused.error().message(), Catch::Contains("26000") && Catch::Contains("transaction pooling") &&
                                             Catch::Contains("StatementMode::unnamed") &&
                                             Catch::Contains("--statement-mode unnamed"));
+}
+
+TEST_CASE("through pgbouncer in session pooling, a LISTENing waiter with prepared statements keeps its place past "
+          "its 5 s lease",
+          "[pgbouncer]") {
+  const Bouncer bouncer;
+  if (bouncer.mode != "session") return;  // transaction pooling cannot LISTEN: its waiters look every second
+  const std::string table = fresh_table("pgb_lease");
+  {
+    PostgresBackend setup(bouncer.dsn, in_mode(StatementMode::unnamed));
+    REQUIRE(setup.create_schema(table));
+  }
+  const std::string straight = "dbname=" + bouncer.database;  // the server itself, the database behind pgbouncer
+  PostgresBackend holder(straight);
+  auto won = holder.try_acquire(request(table, "job", "holder"));
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  const auto queued = [&] { return bouncer.direct("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>(); };
+  const auto wait_until_queued = [&](int n) {
+    for (int i = 0; i < 1000 && queued() < n; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(queued() == n);
+  };
+  std::mutex order_lock;
+  std::vector<std::string> order;
+  const auto waiter = [&](std::string dsn, PostgresOptions backend_options, std::string instance) {
+    Mutex m(PostgresBackend(std::move(dsn), backend_options), options(table, "job", instance));
+    auto guard = m.acquire(std::chrono::nanoseconds(30s));
+    if (!guard) return;
+    {
+      std::lock_guard l(order_lock);
+      order.push_back(instance);
+    }
+    guard.release();
+  };
+  // Behind the pooler its place has no server pid: a lease keeps it, which
+  // its looks renew; the first waiter LISTENs, and waits longer than the lease.
+  std::thread pooled(waiter, bouncer.dsn, in_mode(StatementMode::prepared), "pooled");
+  wait_until_queued(1);
+  std::this_thread::sleep_for(6s);
+  std::thread direct(waiter, straight, PostgresOptions{}, "direct");
+  wait_until_queued(2);
+  REQUIRE(holder.release(key(table, "job", "holder", won->fence)));
+  pooled.join();
+  direct.join();
+  // Before: the lease lapsed, the release counted the place dead and swept
+  // it, and the one behind it was served first.
+  CHECK(order == std::vector<std::string>{"pooled", "direct"});
 }
 
 TEST_CASE("through pgbouncer, a held lock survives its server connections being terminated; heartbeats there "
