@@ -321,17 +321,23 @@ Turns take_turns(const std::string& table, const std::string& lock, int handoffs
 
 struct ElectionParty {
   pgmutex::Election election;
-  pgmutex::Election::leadership_type leadership;
+  std::optional<pgmutex::Election::leadership_type> leadership;
   int k = 0;
   ElectionParty(const std::string& table, const std::string& lock, int id)
       : election(PostgresBackend(""), options_for(table, lock, "c" + std::to_string(id))) {}
   bool take(std::stop_token stop) {
     auto got = election.campaign(pgmutex::nothrow, "leader-" + std::to_string(k++), std::nullopt, stop);
     if (!got || !*got) return false;
-    leadership = std::move(*got);
+    leadership.emplace(std::move(*got));
     return true;
   }
-  bool give() { return static_cast<bool>(leadership.resign(pgmutex::nothrow)); }
+  // The resigned handle goes here, on the resigning side, as MutexParty's
+  // guard does: destroyed in take() it was timed as the successor's.
+  bool give() {
+    const bool resigned = static_cast<bool>(leadership->resign(pgmutex::nothrow));
+    leadership.reset();
+    return resigned;
+  }
 };
 
 struct MutexParty {

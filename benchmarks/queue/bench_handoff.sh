@@ -14,6 +14,7 @@
 #   --systems LIST      comma-separated subset of pgmutex,etcd,zookeeper (default all three)
 #   --scenarios LIST    comma-separated subset of handoffs,idle,dead-head (default all three)
 #   --spacing S         seconds between the queued waiters' launches (default 0.3)
+#   --waiters N         queued waiters in the handoffs scenario (default 10)
 #   --json PATH         where the raw numbers go (default ./bench_handoff.json)
 #   --no-install        do not run scripts/install-deps --bench first
 # Run it under `nice` on a shared machine.
@@ -23,7 +24,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 handoffs=20 fifo_handoffs=100 systems=pgmutex,etcd,zookeeper scenarios=handoffs,idle,dead-head
-spacing=0.3 json_out="$PWD/bench_handoff.json" install=1 pgmutex=""
+spacing=0.3 waiters=10 json_out="$PWD/bench_handoff.json" install=1 pgmutex=""
 original_args=("$@")
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -32,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --systems) systems=$2; shift 2 ;;
     --scenarios) scenarios=$2; shift 2 ;;
     --spacing) spacing=$2; shift 2 ;;
+    --waiters) waiters=$2; shift 2 ;;
     --json) json_out=$(realpath -m "$2"); shift 2 ;;
     --no-install) install=0; shift ;;
     -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -169,7 +171,7 @@ run() {  # run NAME SYSTEM ARGS...: one scenario on one system
   log "$name on $system (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   # In the background, waited for: bash runs a trap only once its foreground child has ended,
   # and a signal must stop the run now (cleanup SIGTERMs the workload, which stops its clients).
-  "$python" "$here/queue_workload.py" --system "$system" --spacing "$spacing" --pgids-file "$tmp/pgids-$name-$system" \
+  "$python" "$here/queue_workload.py" --system "$system" --spacing "$spacing" --waiters "$waiters" --pgids-file "$tmp/pgids-$name-$system" \
     --workdir "$tmp/work/$name-$system" --out "$tmp/raw/$name-$system.json" "$@" &
   workload_pid=$!
   wait "$workload_pid" || failed=1

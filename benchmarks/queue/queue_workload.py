@@ -8,7 +8,7 @@
 # Scenarios (every client runs the same `sh -c` that appends "<waiter> <time>" to starts, sleeps,
 # then appends to ends; a waiter's arrival order is its launch order, launches `--spacing` apart
 # so each one has queued before the next starts):
-#   handoffs  a holder, 10 queued waiters, a newcomer launched each time one is granted, until
+#   handoffs  a holder, --waiters queued waiters (10), a newcomer launched each time one is granted, until
 #             --handoffs handoffs; counters read just before the first release and 0.5 s after
 #             the last grant (so the window holds N releases, N grants and N newcomers' set-up)
 #   idle      a holder sleeping, 10 queued waiters; counters read 10 s apart, from 11 s after
@@ -182,18 +182,18 @@ def wait_quiet_postgres() -> None:
 
 
 def run_handoffs(clients: Clients, args, record: dict) -> None:
-    initial_hold = args.spacing * QUEUED_WAITERS + 1.5
+    initial_hold = args.spacing * args.waiters + 1.5
     record["whole_run_before"] = counters(args.system)
     clients.launch(0, initial_hold)
     (_, holder_start), = clients.wait_for_grants(1)
-    for waiter in range(1, QUEUED_WAITERS + 1):
+    for waiter in range(1, args.waiters + 1):
         clients.launch(waiter, 1.0)
         time.sleep(args.spacing)
     # Every queued waiter has set up; read the counters before the holder's release.
     time.sleep(max(0.0, holder_start + initial_hold - 0.4 - time.time()))
     record["window_before"] = counters(args.system)
     record["window_before_time"] = time.time()
-    next_waiter = QUEUED_WAITERS + 1
+    next_waiter = args.waiters + 1
     for grant in range(2, args.handoffs + 2):
         rows = clients.wait_for_grants(grant)
         clients.launch(next_waiter, 1.0)  # the newcomer joins as one wins
@@ -256,6 +256,7 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
     parser.add_argument("--spacing", type=float, default=0.3)
+    parser.add_argument("--waiters", type=int, default=QUEUED_WAITERS, help="queued waiters in the handoffs scenario")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--pgids-file", required=True, help="this run's own file: removed once all are reaped")
     parser.add_argument("--out", required=True)
@@ -265,7 +266,7 @@ def main() -> None:
     lock = f"bench-{args.scenario}-{random.randrange(1 << 30):08x}"
     clients = Clients(args.system, lock, args.workdir, args.pgids_file)
     record: dict = {"system": args.system, "scenario": args.scenario, "lock": lock,
-                    "spacing_s": args.spacing, "load_before": os.getloadavg()}
+                    "spacing_s": args.spacing, "waiters": args.waiters, "load_before": os.getloadavg()}
     if args.scenario == "handoffs":
         record["requested_handoffs"] = args.handoffs
     if args.scenario == "dead-head":
