@@ -9,6 +9,7 @@
 
 #include "pgmutex/mutex.hpp"
 #include "pgmutex/postgres_pool.hpp"
+#include "pgmutex/session.hpp"
 #include "support.hpp"
 
 using namespace itest;
@@ -336,6 +337,58 @@ TEST_CASE("through pgbouncer in session pooling, a LISTENing waiter with prepare
   direct.join();
   // Before: the lease lapsed, the release counted the place dead and swept
   // it, and the one behind it was served first.
+  CHECK(order == std::vector<std::string>{"pooled", "direct"});
+}
+
+TEST_CASE("through pgbouncer in session pooling, a Session's waiter with prepared statements keeps its place past "
+          "its 5 s lease",
+          "[pgbouncer]") {
+  const Bouncer bouncer;
+  if (bouncer.mode != "session") return;  // transaction pooling cannot LISTEN: its waiters look every second
+  const std::string table = fresh_table("pgb_session_lease");
+  {
+    PostgresBackend setup(bouncer.dsn, in_mode(StatementMode::unnamed));
+    REQUIRE(setup.create_schema(table));
+  }
+  const std::string straight = "dbname=" + bouncer.database;
+  PostgresBackend holder(straight);
+  auto won = holder.try_acquire(request(table, "job", "holder"));
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  const auto queued = [&] { return bouncer.direct("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>(); };
+  const auto wait_until_queued = [&](int n) {
+    for (int i = 0; i < 1000 && queued() < n; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(queued() == n);
+  };
+  pgmutex::SessionOptions so;
+  so.postgres = in_mode(StatementMode::prepared);
+  auto session = pgmutex::Session::create(bouncer.dsn, so);
+  std::mutex order_lock;
+  std::vector<std::string> order;
+  const auto served = [&](const std::string& who) {
+    std::lock_guard l(order_lock);
+    order.push_back(who);
+  };
+  std::thread pooled([&] {
+    pgmutex::SessionMutex m(session->backend(), options(table, "job", "pooled"));
+    auto guard = m.acquire(std::chrono::nanoseconds(30s));
+    if (!guard) return;
+    served("pooled");
+    guard.release();
+  });
+  wait_until_queued(1);
+  std::this_thread::sleep_for(6s);
+  std::thread direct([&] {
+    Mutex m(PostgresBackend(straight), options(table, "job", "direct"));
+    auto guard = m.acquire(std::chrono::nanoseconds(30s));
+    if (!guard) return;
+    served("direct");
+    guard.release();
+  });
+  wait_until_queued(2);
+  REQUIRE(holder.release(key(table, "job", "holder", won->fence)));
+  pooled.join();
+  direct.join();
   CHECK(order == std::vector<std::string>{"pooled", "direct"});
 }
 

@@ -26,6 +26,7 @@ Result<QueuePlace> SessionCore::enqueue(const AcquireRequest& request, std::chro
     place.epoch = epoch();  // the connection the place is bound to
     place.handoff = handoff_deadline;
     place.near = (*taken)->ahead <= 1;
+    place.lease_kept = SharedAccess::lease_kept(*io_backend_, (*taken)->ticket);
     place.poll_delay = first_look;
     // The enqueue LISTENed already: this only names the channel (no
     // statement), unless the connection went meanwhile, which the epoch tells.
@@ -111,6 +112,9 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
     auto wake_at = deadline;
     if (place.probe_at) wake_at = std::min(wake_at, *place.probe_at);
     if (const auto s = stale_at()) wake_at = std::min(wake_at, *s);
+    // A place kept by a lease looks before the lease lapses (as
+    // PostgresBackend::wait_in_queue's): a release would sweep it.
+    if (place.lease_kept) wake_at = std::min(wake_at, start + pooled_lease / 2);
     const auto now = std::chrono::steady_clock::now();
     if (now >= wake_at) {
       if (place.probe_at && now >= *place.probe_at) {
@@ -140,6 +144,7 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
     place.look_at.reset();
     if (place.near && w.holder_stale_in) place.stale_at = now + *w.holder_stale_in;
     if (!place.near) place.look_at = now + w.stale_threshold;  // the net of a waiter further back (above)
+    if (place.lease_kept) place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + pooled_lease / 2);
     if (place.channel.empty()) {
       place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + place.poll_delay);
       place.poll_delay = std::min(place.poll_delay * 2, longest_look);

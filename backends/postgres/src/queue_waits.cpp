@@ -261,6 +261,13 @@ void SharedAccess::offered(PostgresBackend& backend, std::int64_t ticket) noexce
   }
 }
 
+bool SharedAccess::lease_kept(PostgresBackend& backend, std::int64_t ticket) noexcept {
+  if (!backend.impl_) return false;
+  std::lock_guard lock(backend.impl_->mutex);
+  const auto found = backend.impl_->queued_here.find(ticket);
+  return found != backend.impl_->queued_here.end() && !found->second.pid_bound;
+}
+
 static_assert(BackendWaitsInQueue<PostgresBackend>);
 
 }  // namespace pgmutex

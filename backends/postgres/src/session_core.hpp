@@ -214,6 +214,7 @@ class SessionCore : public SharedConnection {
     std::uint64_t epoch = 0;  // the connection it LISTENs on
     std::chrono::nanoseconds handoff{0};
     bool near = false;            // head or runner-up as far as it knows: it also looks at the holder's deadline
+    bool lease_kept = false;      // alive by a lease its looks renew (a pooler in front), not by the connection
     bool holder_changed = false;  // an offer went to another waiter: the holder the last try met is gone
     std::optional<QueueWake> woke;     // turn or look, set by the I/O thread, taken by the waiter
     bool offered = false;  // a release named it (set by the I/O thread, taken by the try: take_offer)

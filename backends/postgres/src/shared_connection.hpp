@@ -57,6 +57,10 @@ struct SharedAccess {
   // A release offered the Session's place `ticket` the lock (its I/O thread
   // heard it): the waiter's next queued try is the lean confirm (queue_waits.cpp).
   static void offered(PostgresBackend& backend, std::int64_t ticket) noexcept;
+  // Whether the place `ticket` that `backend` just took is kept alive by a
+  // lease (no server pid bound it: a pooler in front) rather than by its
+  // connection's server backend: then only its looks renew it.
+  static bool lease_kept(PostgresBackend& backend, std::int64_t ticket) noexcept;
 };
 
 }  // namespace pgmutex::postgres_detail
