@@ -293,103 +293,91 @@ TEST_CASE("through pgbouncer, prepared statements: all works in session pooling;
                                             Catch::Contains("--statement-mode unnamed"));
 }
 
+// A lock held by a direct connection, in a table made through pgbouncer:
+// waiters join its queue, the holder releases, and the order they were
+// served in is kept.
+struct PooledLine {
+  const Bouncer& bouncer;
+  std::string table;
+  std::string straight = "dbname=" + bouncer.database;  // the server itself, the database behind pgbouncer
+  PostgresBackend holder{straight};
+  pgmutex::Fence fence = 0;
+  std::mutex order_lock;
+  std::vector<std::string> order;
+
+  PooledLine(const Bouncer& b, const std::string& prefix) : bouncer(b), table(fresh_table(prefix)) {
+    {
+      PostgresBackend setup(bouncer.dsn, in_mode(StatementMode::unnamed));
+      REQUIRE(setup.create_schema(table));
+    }
+    auto won = holder.try_acquire(request(table, "job", "holder"));
+    REQUIRE(won);
+    REQUIRE(won->acquired);
+    fence = won->fence;
+  }
+  int queued() const { return bouncer.direct("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>(); }
+  void wait_until_queued(int n) const {
+    for (int i = 0; i < 1000 && queued() < n; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(queued() == n);
+  }
+  // Acquires through `m` (30 s at most) and records `who` when served.
+  template <class M>
+  void serve(M& m, const std::string& who) {
+    auto guard = m.acquire(std::chrono::nanoseconds(30s));
+    if (!guard) return;
+    {
+      std::lock_guard l(order_lock);
+      order.push_back(who);
+    }
+    guard.release();
+  }
+  // A direct waiter queued after `pooled` waited past the 5 s lease of its
+  // place; then the release. Before the 2.5 s look, the lease lapsed, the
+  // release counted the place dead and swept it, and served the direct one first.
+  void direct_waiter_then_release(std::thread& pooled) {
+    wait_until_queued(1);
+    std::this_thread::sleep_for(6s);
+    std::thread direct([this] {
+      Mutex m(PostgresBackend(straight), options(table, "job", "direct"));
+      serve(m, "direct");
+    });
+    wait_until_queued(2);
+    REQUIRE(holder.release(key(table, "job", "holder", fence)));
+    pooled.join();
+    direct.join();
+    CHECK(order == std::vector<std::string>{"pooled", "direct"});
+  }
+};
+
+// Behind the pooler a place has no server pid: a lease keeps it, which its
+// looks renew; the first waiter LISTENs, and waits longer than the lease.
 TEST_CASE("through pgbouncer in session pooling, a LISTENing waiter with prepared statements keeps its place past "
           "its 5 s lease",
           "[pgbouncer]") {
   const Bouncer bouncer;
   if (bouncer.mode != "session") return;  // transaction pooling cannot LISTEN: its waiters look every second
-  const std::string table = fresh_table("pgb_lease");
-  {
-    PostgresBackend setup(bouncer.dsn, in_mode(StatementMode::unnamed));
-    REQUIRE(setup.create_schema(table));
-  }
-  const std::string straight = "dbname=" + bouncer.database;  // the server itself, the database behind pgbouncer
-  PostgresBackend holder(straight);
-  auto won = holder.try_acquire(request(table, "job", "holder"));
-  REQUIRE(won);
-  REQUIRE(won->acquired);
-  const auto queued = [&] { return bouncer.direct("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>(); };
-  const auto wait_until_queued = [&](int n) {
-    for (int i = 0; i < 1000 && queued() < n; ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(queued() == n);
-  };
-  std::mutex order_lock;
-  std::vector<std::string> order;
-  const auto waiter = [&](std::string dsn, PostgresOptions backend_options, std::string instance) {
-    Mutex m(PostgresBackend(std::move(dsn), backend_options), options(table, "job", instance));
-    auto guard = m.acquire(std::chrono::nanoseconds(30s));
-    if (!guard) return;
-    {
-      std::lock_guard l(order_lock);
-      order.push_back(instance);
-    }
-    guard.release();
-  };
-  // Behind the pooler its place has no server pid: a lease keeps it, which
-  // its looks renew; the first waiter LISTENs, and waits longer than the lease.
-  std::thread pooled(waiter, bouncer.dsn, in_mode(StatementMode::prepared), "pooled");
-  wait_until_queued(1);
-  std::this_thread::sleep_for(6s);
-  std::thread direct(waiter, straight, PostgresOptions{}, "direct");
-  wait_until_queued(2);
-  REQUIRE(holder.release(key(table, "job", "holder", won->fence)));
-  pooled.join();
-  direct.join();
-  // Before: the lease lapsed, the release counted the place dead and swept
-  // it, and the one behind it was served first.
-  CHECK(order == std::vector<std::string>{"pooled", "direct"});
+  PooledLine line(bouncer, "pgb_lease");
+  std::thread pooled([&] {
+    Mutex m(PostgresBackend(bouncer.dsn, in_mode(StatementMode::prepared)), options(line.table, "job", "pooled"));
+    line.serve(m, "pooled");
+  });
+  line.direct_waiter_then_release(pooled);
 }
 
 TEST_CASE("through pgbouncer in session pooling, a Session's waiter with prepared statements keeps its place past "
           "its 5 s lease",
           "[pgbouncer]") {
   const Bouncer bouncer;
-  if (bouncer.mode != "session") return;  // transaction pooling cannot LISTEN: its waiters look every second
-  const std::string table = fresh_table("pgb_session_lease");
-  {
-    PostgresBackend setup(bouncer.dsn, in_mode(StatementMode::unnamed));
-    REQUIRE(setup.create_schema(table));
-  }
-  const std::string straight = "dbname=" + bouncer.database;
-  PostgresBackend holder(straight);
-  auto won = holder.try_acquire(request(table, "job", "holder"));
-  REQUIRE(won);
-  REQUIRE(won->acquired);
-  const auto queued = [&] { return bouncer.direct("SELECT count(*) FROM " + table + "_queue")[0][0].as<int>(); };
-  const auto wait_until_queued = [&](int n) {
-    for (int i = 0; i < 1000 && queued() < n; ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(queued() == n);
-  };
+  if (bouncer.mode != "session") return;
+  PooledLine line(bouncer, "pgb_session_lease");
   pgmutex::SessionOptions so;
   so.postgres = in_mode(StatementMode::prepared);
   auto session = pgmutex::Session::create(bouncer.dsn, so);
-  std::mutex order_lock;
-  std::vector<std::string> order;
-  const auto served = [&](const std::string& who) {
-    std::lock_guard l(order_lock);
-    order.push_back(who);
-  };
   std::thread pooled([&] {
-    pgmutex::SessionMutex m(session->backend(), options(table, "job", "pooled"));
-    auto guard = m.acquire(std::chrono::nanoseconds(30s));
-    if (!guard) return;
-    served("pooled");
-    guard.release();
+    pgmutex::SessionMutex m(session->backend(), options(line.table, "job", "pooled"));
+    line.serve(m, "pooled");
   });
-  wait_until_queued(1);
-  std::this_thread::sleep_for(6s);
-  std::thread direct([&] {
-    Mutex m(PostgresBackend(straight), options(table, "job", "direct"));
-    auto guard = m.acquire(std::chrono::nanoseconds(30s));
-    if (!guard) return;
-    served("direct");
-    guard.release();
-  });
-  wait_until_queued(2);
-  REQUIRE(holder.release(key(table, "job", "holder", won->fence)));
-  pooled.join();
-  direct.join();
-  CHECK(order == std::vector<std::string>{"pooled", "direct"});
+  line.direct_waiter_then_release(pooled);
 }
 
 TEST_CASE("through pgbouncer, a held lock survives its server connections being terminated; heartbeats there "
