@@ -61,7 +61,9 @@ concept BackendQueuesWaiters =
     };
 
 // A queue whose waiters block until woken, making no statement meanwhile
-// (Postgres: LISTEN on the waiter's connection, then poll() on its socket).
+// but for the backend's own looks (Postgres: LISTEN on the waiter's
+// connection, then poll() on its socket; a look at least once per stale
+// threshold, and every 2.5 s for a place kept by a lease).
 // `w.holder_stale_in`: when the holder's row goes stale, as the last try saw
 // it (the backend may wake the waiter then with `look`).
 template <class B>

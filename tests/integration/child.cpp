@@ -125,9 +125,10 @@ int stress(const std::string& table, const std::string& lock, int count, const s
 }  // namespace
 
 int queue(const std::string& table, const std::string& lock, const std::string& instance, int hold_ms,
-          int timeout_ms, int handoff_ms) {
+          int timeout_ms, int handoff_ms, int stale_ms) {
   pgmutex::Options o = holder_options(table, lock, instance);
   o.handoff_deadline = std::chrono::milliseconds(handoff_ms);
+  o.stale_threshold = std::chrono::milliseconds(stale_ms);
   pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
   auto guard = mutex.acquire(std::chrono::milliseconds(timeout_ms));
   if (!guard) {
@@ -145,8 +146,9 @@ int main(int argc, char** argv) {
     if (args.size() == 4 && args[0] == "hold") return hold(args[1], args[2], args[3]);
     if (args.size() == 5 && args[0] == "stress") return stress(args[1], args[2], std::stoi(args[3]), args[4]);
     if (args.size() == 5 && args[0] == "watch") return watch(args[1], args[2], args[3], args[4]);
-    if (args.size() == 7 && args[0] == "queue")
-      return queue(args[1], args[2], args[3], std::stoi(args[4]), std::stoi(args[5]), std::stoi(args[6]));
+    if ((args.size() == 7 || args.size() == 8) && args[0] == "queue")
+      return queue(args[1], args[2], args[3], std::stoi(args[4]), std::stoi(args[5]), std::stoi(args[6]),
+                   args.size() == 8 ? std::stoi(args[7]) : 2000);
   } catch (const std::exception& e) {
     std::cerr << "child: " << e.what() << std::endl;
     return 1;

@@ -334,10 +334,10 @@ struct PooledLine {
   // A direct waiter queued after `pooled` waited past the 5 s lease of its
   // place; then the release. Before the 2.5 s look, the lease lapsed, the
   // release counted the place dead and swept it, and served the direct one first.
-  void direct_waiter_then_release(std::thread& pooled) {
+  void direct_waiter_then_release(std::jthread& pooled) {
     wait_until_queued(1);
     std::this_thread::sleep_for(6s);
-    std::thread direct([this] {
+    std::jthread direct([this] {
       Mutex m(PostgresBackend(straight), options(table, "job", "direct"));
       serve(m, "direct");
     });
@@ -357,7 +357,7 @@ TEST_CASE("through pgbouncer in session pooling, a LISTENing waiter with prepare
   const Bouncer bouncer;
   if (bouncer.mode != "session") return;  // transaction pooling cannot LISTEN: its waiters look every second
   PooledLine line(bouncer, "pgb_lease");
-  std::thread pooled([&] {
+  std::jthread pooled([&] {
     Mutex m(PostgresBackend(bouncer.dsn, in_mode(StatementMode::prepared)), options(line.table, "job", "pooled"));
     line.serve(m, "pooled");
   });
@@ -373,7 +373,7 @@ TEST_CASE("through pgbouncer in session pooling, a Session's waiter with prepare
   pgmutex::SessionOptions so;
   so.postgres = in_mode(StatementMode::prepared);
   auto session = pgmutex::Session::create(bouncer.dsn, so);
-  std::thread pooled([&] {
+  std::jthread pooled([&] {
     pgmutex::SessionMutex m(session->backend(), options(line.table, "job", "pooled"));
     line.serve(m, "pooled");
   });

@@ -54,10 +54,10 @@ bool eventually(const std::function<bool()>& ready) {
 
 // A waiter in its own process; returns once its place is in the queue.
 Child queue_child(const std::string& table, const std::string& instance, int hold_ms = 20, int timeout_ms = 60000,
-                  int handoff_ms = 1000) {
+                  int handoff_ms = 1000, int stale_ms = 2000) {
   const long long before = queued(table);
   Child child = spawn_child({"queue", table, "job", instance, std::to_string(hold_ms), std::to_string(timeout_ms),
-                             std::to_string(handoff_ms)});
+                             std::to_string(handoff_ms), std::to_string(stale_ms)});
   REQUIRE(eventually([&] { return queued(table) == before + 1; }));
   return child;
 }
@@ -186,10 +186,13 @@ TEST_CASE("a release offers the lock to the head alone; the waiters behind it ma
   const std::string server_log = server().pgdata + "/../server.log";
   ::setenv("PGOPTIONS", "-c trace_notify=on -c log_min_messages=debug1", 1);
   // The runner-up probes the head once the handoff deadline (and 50 ms) passed
-  // after an offer, a statement this test would count: 1.7 s, the most these
-  // children's thresholds allow, keeps that probe well after the check below
-  // (1.05 s with the default 1 s was once reached on a loaded machine).
-  for (int i = 0; i < 6; ++i) waiters.push_back(queue_child(table, "w" + std::to_string(i), 1000, 60000, 1700));
+  // after an offer, a statement this test would count: 1.7 s keeps that probe
+  // well after the check below (1.05 s with the default 1 s was once reached
+  // on a loaded machine). A 30 s stale threshold keeps the look every waiter
+  // makes once per threshold out of the test (with 2 s, the waiters behind
+  // the runner-up looked during it).
+  for (int i = 0; i < 6; ++i)
+    waiters.push_back(queue_child(table, "w" + std::to_string(i), 1000, 60000, 1700, 30000));
   ::unsetenv("PGOPTIONS");
   // Each waiter's enqueue is followed at once by the Parse of its handoff's
   // statements (the confirm, the queued try, the release), made while it
@@ -536,21 +539,18 @@ TEST_CASE("a waiter in the middle that times out leaves no row; the line goes on
 TEST_CASE("a waiter further back, with the head and the runner-up gone, still takes over from a holder that died",
           "[queue][dead]") {
   const std::string table = fresh_table("queue_back");
-  // A holder that died: its row stays, with no heartbeat, stale after 2 s.
-  PostgresBackend holder("");
-  REQUIRE(holder.create_schema(table));
-  auto won = holder.try_acquire(AcquireRequest{LockRef{table, "job"}, "holder", 2s});
-  REQUIRE(won);
-  REQUIRE(won->acquired);
+  Holder holder(table);  // no heartbeat; its row stores a 60 s threshold
   Child first = queue_child(table, "first", 20, 1000);
   Child second = queue_child(table, "second", 20, 1000);
   Child third = queue_child(table, "third", 20, 30000);  // two ahead of it: not the head's watcher
-  // The two that watch the holder leave before its row goes stale, and tell nobody.
+  // The two that watch the holder leave, and tell nobody.
   CHECK(read_line(first, 60s) == "not-acquired");
   CHECK(read_line(second, 60s) == "not-acquired");
-  // The third looks once per stale threshold (2 s here): before, it slept
-  // until its own timeout, the line watched by nobody.
-  CHECK(fence_of(read_line(third, 60s)) > won->fence);
+  // Then the holder dies: its row is an hour old.
+  admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'job'");
+  // The third looks once per its stale threshold (2 s here): before, it
+  // slept until its own timeout, the line watched by nobody.
+  CHECK(fence_of(read_line(third, 60s)) > holder.fence);
   CHECK(wait_child(first) == 1);
   CHECK(wait_child(second) == 1);
   CHECK(wait_child(third) == 0);

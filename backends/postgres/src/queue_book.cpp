@@ -80,12 +80,12 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
   const StoppableWait::Registered registered(place.waiting, wait);
   place.holder_changed = false;  // the holder this wait's request describes is the current one
   // The holder's stale deadline as the last try saw it, for a head or
-  // runner-up; a waiter further back looks once per stale threshold (as
+  // runner-up; every waiter looks at least once per its stale threshold (as
   // PostgresBackend::wait_in_queue: the net for a line whose near waiters went).
   const auto stale_at = [&]() -> std::optional<Deadline> {
-    if (!place.near) return start + w.stale_threshold;
-    if (place.holder_changed || !w.holder_stale_in) return std::nullopt;
-    return start + *w.holder_stale_in;
+    const auto net = start + w.stale_threshold;
+    if (!place.near || place.holder_changed || !w.holder_stale_in) return net;
+    return std::min(net, start + *w.holder_stale_in);
   };
   const auto ended = [&]() -> std::optional<Result<QueueWake>> {
     if (stopped) return QueueWake::stopped;
@@ -143,7 +143,7 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
     place.stale_at.reset();
     place.look_at.reset();
     if (place.near && w.holder_stale_in) place.stale_at = now + *w.holder_stale_in;
-    if (!place.near) place.look_at = now + w.stale_threshold;  // the net of a waiter further back (above)
+    place.look_at = now + w.stale_threshold;  // the net every waiter has (above)
     if (place.lease_kept) place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + pooled_lease / 2);
     if (place.channel.empty()) {
       place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + place.poll_delay);

@@ -141,14 +141,15 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     // and its deadline with it (the runner-up's probe looks at the new one).
     bool holder_changed = false;
     // The holder's stale deadline, as the last try saw it, for a head or
-    // runner-up. A waiter further back looks once per stale threshold: the
-    // net for a line whose near waiters all went (left, died with the
-    // holder's host, or took the lock themselves, which names nobody), where
-    // nobody else would look at a holder that died.
+    // runner-up. Every waiter looks at least once per its stale threshold:
+    // the net for a line whose near waiters all went (left, died with the
+    // holder's host, or took the lock themselves, which names nobody), and
+    // for a near one that knows no holder (a free lock another took first),
+    // where nobody else would look at a holder that died.
     const auto stale_at = [&]() -> std::optional<Clock::time_point> {
-      if (!here.near) return start + w.stale_threshold;
-      if (holder_changed || !w.holder_stale_in) return std::nullopt;
-      return start + *w.holder_stale_in;
+      const auto net = start + w.stale_threshold;
+      if (!here.near || holder_changed || !w.holder_stale_in) return net;
+      return std::min(net, start + *w.holder_stale_in);
     };
     auto sleep_until = [&](Clock::time_point until) -> bool {  // true: stopped
       for (;;) {
