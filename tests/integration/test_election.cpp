@@ -628,9 +628,12 @@ TEST_CASE("SessionObserver: twenty observers at a stopped leader's stale deadlin
   threads.clear();
   for (const auto& v : seen) CHECK(v.back().term == lead.term());
   // Each observer read at the stale deadlines of the leader's row (until it
-  // went stale), together with the others: a few readings, not one each.
+  // went stale), together with the others: fewer readings than observers
+  // (each reading for itself makes one each, 20 here). Usually under 10; a
+  // slow build spreads the observers' wake-ups over more readings (14 were
+  // seen once under ThreadSanitizer, against a bound of 10 then).
   INFO("statements: " << statements);
-  CHECK(statements < count / 2);
+  CHECK(statements < count);
 }
 
 TEST_CASE("Observer: a leader whose heartbeats stop is reported expired at its stale deadline",
