@@ -548,8 +548,8 @@ TEST_CASE("a waiter further back, with the head and the runner-up gone, still ta
   CHECK(read_line(second, 60s) == "not-acquired");
   // Then the holder dies: its row is an hour old.
   admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'job'");
-  // The third looks once per its stale threshold (2 s here): before, it
-  // slept until its own timeout, the line watched by nobody.
+  // The third looks once per its stale threshold, at least 10 s apart:
+  // before, it slept until its own timeout, the line watched by nobody.
   CHECK(fence_of(read_line(third, 60s)) > holder.fence);
   CHECK(wait_child(first) == 1);
   CHECK(wait_child(second) == 1);

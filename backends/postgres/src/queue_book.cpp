@@ -83,7 +83,7 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
   // runner-up; every waiter looks at least once per its stale threshold (as
   // PostgresBackend::wait_in_queue: the net for a line whose near waiters went).
   const auto stale_at = [&]() -> std::optional<Deadline> {
-    const auto net = start + w.stale_threshold;
+    const auto net = start + std::max(w.stale_threshold, shortest_net);
     if (!place.near || place.holder_changed || !w.holder_stale_in) return net;
     return std::min(net, start + *w.holder_stale_in);
   };
@@ -143,7 +143,7 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
     place.stale_at.reset();
     place.look_at.reset();
     if (place.near && w.holder_stale_in) place.stale_at = now + *w.holder_stale_in;
-    place.look_at = now + w.stale_threshold;  // the net every waiter has (above)
+    place.look_at = now + std::max(w.stale_threshold, shortest_net);  // the net every waiter has (above)
     if (place.lease_kept) place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + pooled_lease / 2);
     if (place.channel.empty()) {
       place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + place.poll_delay);

@@ -19,6 +19,10 @@ inline constexpr std::chrono::nanoseconds longest_look = std::chrono::seconds(1)
 inline constexpr std::chrono::nanoseconds pooled_lease = std::chrono::seconds(5);
 // The runner-up looks this long after the head's handoff deadline.
 inline constexpr std::chrono::nanoseconds probe_slack = std::chrono::milliseconds(50);
+// The net look every waiter makes once per its stale threshold comes at
+// least this far apart: with short thresholds (seconds), a long line's
+// looks would otherwise load the server for a wake-up that is rarely missed.
+inline constexpr std::chrono::nanoseconds shortest_net = std::chrono::seconds(10);
 
 // 'o:<fence>:<head>:<runner-up>', a release's offer, read into its two tickets.
 struct Offer {

@@ -147,7 +147,7 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     // for a near one that knows no holder (a free lock another took first),
     // where nobody else would look at a holder that died.
     const auto stale_at = [&]() -> std::optional<Clock::time_point> {
-      const auto net = start + w.stale_threshold;
+      const auto net = start + std::max(w.stale_threshold, shortest_net);
       if (!here.near || holder_changed || !w.holder_stale_in) return net;
       return std::min(net, start + *w.holder_stale_in);
     };
