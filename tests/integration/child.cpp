@@ -146,9 +146,9 @@ int main(int argc, char** argv) {
     if (args.size() == 4 && args[0] == "hold") return hold(args[1], args[2], args[3]);
     if (args.size() == 5 && args[0] == "stress") return stress(args[1], args[2], std::stoi(args[3]), args[4]);
     if (args.size() == 5 && args[0] == "watch") return watch(args[1], args[2], args[3], args[4]);
-    if ((args.size() == 7 || args.size() == 8) && args[0] == "queue")
+    if (args.size() == 8 && args[0] == "queue")
       return queue(args[1], args[2], args[3], std::stoi(args[4]), std::stoi(args[5]), std::stoi(args[6]),
-                   args.size() == 8 ? std::stoi(args[7]) : 2000);
+                   std::stoi(args[7]));
   } catch (const std::exception& e) {
     std::cerr << "child: " << e.what() << std::endl;
     return 1;

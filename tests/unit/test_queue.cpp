@@ -369,8 +369,8 @@ namespace {
 
 // A memory backend that blocks in the queue as Postgres's does
 // (BackendWaitsInQueue) and misses every wake-up: each wait runs `meanwhile`
-// (say, the holder releasing), then says its limit passed. After `waits`
-// of them it reports a stop, so that a waiter that never looks ends.
+// (say, the holder releasing), then says its limit passed. After three of
+// them it reports a stop, so that a waiter that never looks ends.
 struct MissedWakes : MemoryBackend {
   explicit MissedWakes(MemoryBackend b) : MemoryBackend(std::move(b)) {}
   std::function<void()> meanwhile;

@@ -96,6 +96,8 @@ struct PostgresBackend::Impl {
     std::optional<std::chrono::steady_clock::time_point> probe_at;  // the runner-up's look at a late head
     std::chrono::nanoseconds poll_delay{0};  // a waiter that cannot LISTEN: its next look
     bool offered = false;  // a release's offer named it: its next try is the lean confirm_offer
+    // A place this backend took whose liveness is a lease its looks renew.
+    [[nodiscard]] bool lease_kept() const noexcept { return !pid_bound && handoff != std::chrono::nanoseconds::zero(); }
   };
   std::map<std::int64_t, QueuedHere> queued_here;
   // This backend has campaigned (an election's): its waits prepare the

@@ -79,13 +79,9 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
   Place& place = place_of(w, ticket);
   const StoppableWait::Registered registered(place.waiting, wait);
   place.holder_changed = false;  // the holder this wait's request describes is the current one
-  // The holder's stale deadline as the last try saw it, for a head or
-  // runner-up; every waiter looks at least once per its stale threshold (as
-  // PostgresBackend::wait_in_queue: the net for a line whose near waiters went).
-  const auto stale_at = [&]() -> std::optional<Deadline> {
-    const auto net = start + std::max(w.stale_threshold, shortest_net);
-    if (!place.near || place.holder_changed || !w.holder_stale_in) return net;
-    return std::min(net, start + *w.holder_stale_in);
+  // When to look unwoken (queue_rules.hpp): the net, or the holder's stale deadline.
+  const auto stale_at = [&] {
+    return unwoken_look(start, w.stale_threshold, w.holder_stale_in, place.near && !place.holder_changed);
   };
   const auto ended = [&]() -> std::optional<Result<QueueWake>> {
     if (stopped) return QueueWake::stopped;
@@ -96,7 +92,7 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
   if (place.channel.empty()) {
     // No LISTEN here: look after a backoff (the queued try keeps the place's lease).
     auto until = std::min(deadline, start + place.poll_delay);
-    if (const auto s = stale_at()) until = std::min(until, *s);
+    until = std::min(until, stale_at());
     place.poll_delay = std::min(place.poll_delay * 2, longest_look);
     cv.wait_until(lock, until, [&] { return stopped || stopping_; });
     if (auto end = ended()) return std::move(*end);
@@ -111,10 +107,10 @@ Result<QueueWake> SessionCore::wait_in_queue(const WatchRequest& w, std::int64_t
     }
     auto wake_at = deadline;
     if (place.probe_at) wake_at = std::min(wake_at, *place.probe_at);
-    if (const auto s = stale_at()) wake_at = std::min(wake_at, *s);
+    wake_at = std::min(wake_at, stale_at());
     // A place kept by a lease looks before the lease lapses (as
     // PostgresBackend::wait_in_queue's): a release would sweep it.
-    if (place.lease_kept) wake_at = std::min(wake_at, start + pooled_lease / 2);
+    if (place.lease_kept) wake_at = std::min(wake_at, start + lease_look);
     const auto now = std::chrono::steady_clock::now();
     if (now >= wake_at) {
       if (place.probe_at && now >= *place.probe_at) {
@@ -141,14 +137,14 @@ Result<void> SessionCore::wait_in_queue_async(const WatchRequest& w, std::int64_
     Place& place = place_of(w, ticket);
     place.holder_changed = false;
     place.stale_at.reset();
-    place.look_at.reset();
     if (place.near && w.holder_stale_in) place.stale_at = now + *w.holder_stale_in;
-    place.look_at = now + std::max(w.stale_threshold, shortest_net);  // the net every waiter has (above)
-    if (place.lease_kept) place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + pooled_lease / 2);
+    Deadline look = net_look(now, w.stale_threshold);  // the net every waiter has (queue_rules.hpp)
+    if (place.lease_kept) look = std::min(look, now + lease_look);
     if (place.channel.empty()) {
-      place.look_at = std::min(place.look_at.value_or(Deadline::max()), now + place.poll_delay);
+      look = std::min(look, now + place.poll_delay);
       place.poll_delay = std::min(place.poll_delay * 2, longest_look);
     }
+    place.look_at = look;
     if (place.woke) {
       at_once = *place.woke;
       place.woke.reset();

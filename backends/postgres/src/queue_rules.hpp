@@ -4,6 +4,7 @@
 // looks of a waiter that cannot LISTEN and of the runner-up. Private to the backend.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -23,6 +24,30 @@ inline constexpr std::chrono::nanoseconds probe_slack = std::chrono::millisecond
 // least this far apart: with short thresholds (seconds), a long line's
 // looks would otherwise load the server for a wake-up that is rarely missed.
 inline constexpr std::chrono::nanoseconds shortest_net = std::chrono::seconds(10);
+// A LISTENing waiter whose place a lease keeps (no server pid bound it: a
+// pooler in front) looks this often, so that the lease never lapses.
+inline constexpr std::chrono::nanoseconds lease_look = pooled_lease / 2;
+
+// The net look of a waiter that started waiting at `start`: once per its
+// stale threshold, shortest_net apart at least. It catches a line whose near
+// waiters all went (left, died with the holder's host, or took the lock
+// themselves, which names nobody) and a near one that knows no holder.
+inline std::chrono::steady_clock::time_point net_look(std::chrono::steady_clock::time_point start,
+                                                      std::chrono::nanoseconds stale_threshold) {
+  return start + std::max(stale_threshold, shortest_net);
+}
+
+// When a waiter looks without a wake-up: its net look, or sooner, the
+// holder's stale deadline as its last try saw it (`holder_stale_in`) if it
+// still watches that holder (a head or runner-up that heard of no other).
+inline std::chrono::steady_clock::time_point unwoken_look(std::chrono::steady_clock::time_point start,
+                                                          std::chrono::nanoseconds stale_threshold,
+                                                          std::optional<std::chrono::nanoseconds> holder_stale_in,
+                                                          bool watches_holder) {
+  const auto net = net_look(start, stale_threshold);
+  if (!watches_holder || !holder_stale_in) return net;
+  return std::min(net, start + *holder_stale_in);
+}
 
 // 'o:<fence>:<head>:<runner-up>', a release's offer, read into its two tickets.
 struct Offer {

@@ -140,16 +140,9 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     // An offer to another waiter came: the holder the last try saw is gone,
     // and its deadline with it (the runner-up's probe looks at the new one).
     bool holder_changed = false;
-    // The holder's stale deadline, as the last try saw it, for a head or
-    // runner-up. Every waiter looks at least once per its stale threshold:
-    // the net for a line whose near waiters all went (left, died with the
-    // holder's host, or took the lock themselves, which names nobody), and
-    // for a near one that knows no holder (a free lock another took first),
-    // where nobody else would look at a holder that died.
-    const auto stale_at = [&]() -> std::optional<Clock::time_point> {
-      const auto net = start + std::max(w.stale_threshold, shortest_net);
-      if (!here.near || holder_changed || !w.holder_stale_in) return net;
-      return std::min(net, start + *w.holder_stale_in);
+    // When to look unwoken (queue_rules.hpp): the net, or the holder's stale deadline.
+    const auto stale_at = [&] {
+      return unwoken_look(start, w.stale_threshold, w.holder_stale_in, here.near && !holder_changed);
     };
     auto sleep_until = [&](Clock::time_point until) -> bool {  // true: stopped
       for (;;) {
@@ -164,7 +157,7 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
     if (!impl_->own || impl_->own->unnamed()) {
       // No LISTEN here: look after a backoff (the queued try keeps the place's lease).
       auto until = std::min(deadline, start + here.poll_delay);
-      if (const auto s = stale_at()) until = std::min(until, *s);
+      until = std::min(until, stale_at());
       here.poll_delay = std::min(here.poll_delay * 2, longest_look);
       if (sleep_until(until)) return QueueWake::stopped;
       return Clock::now() >= deadline ? QueueWake::timed_out : QueueWake::look;
@@ -225,12 +218,10 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
       }
       auto wake_at = deadline;
       if (here.probe_at) wake_at = std::min(wake_at, *here.probe_at);
-      if (const auto s = stale_at()) wake_at = std::min(wake_at, *s);
-      // A place kept by a lease (behind a session pooler: no pid to bind
-      // it) lives while its queued tries refresh it: look before it lapses,
-      // or a release counts it dead and sweeps it.
-      if (!here.pid_bound && here.handoff != std::chrono::nanoseconds::zero())
-        wake_at = std::min(wake_at, start + pooled_lease / 2);
+      wake_at = std::min(wake_at, stale_at());
+      // A place kept by a lease lives while its queued tries renew it: look
+      // before it lapses, or a release counts it dead and sweeps it.
+      if (here.lease_kept()) wake_at = std::min(wake_at, start + lease_look);
       auto woke = own.await_input(wake_at, stopped.fd());
       if (!woke) return failed(std::move(woke.error()));
       if (*woke == PqConnection::Woke::wake_fd) return QueueWake::stopped;
@@ -266,7 +257,7 @@ bool SharedAccess::lease_kept(PostgresBackend& backend, std::int64_t ticket) noe
   if (!backend.impl_) return false;
   std::lock_guard lock(backend.impl_->mutex);
   const auto found = backend.impl_->queued_here.find(ticket);
-  return found != backend.impl_->queued_here.end() && !found->second.pid_bound;
+  return found != backend.impl_->queued_here.end() && found->second.lease_kept();
 }
 
 static_assert(BackendWaitsInQueue<PostgresBackend>);
