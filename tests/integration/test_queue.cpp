@@ -28,6 +28,7 @@
 #include "pgmutex/mutex.hpp"
 #include "pgmutex/postgres_backend.hpp"
 #include "pgmutex/session.hpp"
+#include "queue_rules.hpp"  // the offer's payload read back
 #include "support.hpp"
 
 using namespace itest;
@@ -554,6 +555,47 @@ TEST_CASE("a waiter further back, with the head and the runner-up gone, still ta
   CHECK(wait_child(first) == 1);
   CHECK(wait_child(second) == 1);
   CHECK(wait_child(third) == 0);
+}
+
+TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over after that head's handoff deadline",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_own_offer");
+  Holder holder(table);  // no heartbeat; its row stores a 60 s threshold
+  // The head takes 4 s to confirm an offer; it is frozen before one comes.
+  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);
+  ::kill(frozen.pid, SIGSTOP);
+  admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'job'");
+  // The next one's first try finds the holder dead and offers the lock to
+  // the head (alive: its connection is), naming itself the runner-up in a
+  // NOTIFY its own connection does not hear. The answer tells it: it looks
+  // after the head's 4 s, not its own 1 s (the offer stood then, and it
+  // slept on) nor its 30 s stale threshold (past its 15 s timeout).
+  Child next = queue_child(table, "next", 20, 15000, 1000, 30000);
+  CHECK(holder_of(table) == "frozen");  // offered, not confirmed
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > holder.fence);
+  ::kill(frozen.pid, SIGCONT);
+  CHECK(fence_of(read_line(frozen, 60s)) > next_fence);  // it queued again
+  CHECK(wait_child(next) == 0);
+  CHECK(wait_child(frozen) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("an offer's payload names the head, the runner-up and the head's handoff deadline", "[queue][offer]") {
+  using pgmutex::postgres_detail::offer_of;
+  const auto now = offer_of("o:12:7:9:2500");
+  REQUIRE(now);
+  CHECK(now->head == 7);
+  CHECK(now->runner_up == 9);
+  REQUIRE(now->head_handoff);
+  CHECK(*now->head_handoff == 2500ms);
+  const auto earlier = offer_of("o:12:7:0");  // an earlier version's: no deadline
+  REQUIRE(earlier);
+  CHECK(earlier->runner_up == 0);
+  CHECK_FALSE(earlier->head_handoff);
+  CHECK_FALSE(offer_of("o:12:x:9"));
+  CHECK_FALSE(offer_of(""));
+  CHECK_FALSE(offer_of("e:l:1"));
 }
 
 TEST_CASE("a seed-shaped client cannot take a queued or offered lock", "[queue][seed]") {

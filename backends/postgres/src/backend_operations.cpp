@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "backend_impl.hpp"
+#include "queue_rules.hpp"
 #include "statement_values.hpp"
 
 namespace pgmutex {
@@ -95,6 +96,20 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
   return answer;
 }
 
+// This waiter's queued try offered the lock to the head and named it the
+// runner-up: it watches that head's handoff deadline (`head_handoff_ms`),
+// as a release's NOTIFY naming it would have had it (queue_waits.cpp). Its
+// own NOTIFY does not reach it: a connection ignores its own (pq_connection.cpp).
+template <class Impl>
+void watch_the_head(Impl& impl, std::int64_t ticket, const std::string& head_handoff_ms) {
+  const auto here = impl.queued_here.find(ticket);
+  if (here == impl.queued_here.end()) return;
+  std::optional<std::chrono::milliseconds> head_handoff;
+  if (!head_handoff_ms.empty()) head_handoff = std::chrono::milliseconds(std::stoll(head_handoff_ms));
+  here->second.near = true;
+  here->second.probe_at = probe_time(std::chrono::steady_clock::now(), head_handoff, here->second.handoff);
+}
+
 // A try (plain or queued), or a campaign's (`announce` set: the election's
 // variant of the same statement, election_sql.cpp, which announces a grant
 // it makes for itself in the same transaction; announce->announced says
@@ -130,7 +145,9 @@ Result<AcquireResult> acquire_try(Impl& impl, const AcquireRequest& request, Gra
           AcquireResult answer = read_queued_acquire(*rows);
           if (answer.acquired && impl.mark) impl.durable_done(session);
           if (answer.acquired || answer.queue_place_lost) impl.queued_here.erase(request.queue_ticket);
-          if (announce) announce->announced = answer.acquired && rows->text(0, 13) == "t";
+          else if (!rows->is_null(0, 13) && std::stoll(rows->text(0, 13)) == request.queue_ticket)
+            watch_the_head(impl, request.queue_ticket, rows->is_null(0, 14) ? "" : rows->text(0, 14));
+          if (announce) announce->announced = answer.acquired && rows->text(0, 15) == "t";
           return answer;
         }
         if (announce) {

@@ -242,7 +242,7 @@ void SessionCore::dispatch_to_places(const std::vector<Notification>& notes) {
         place.holder_changed = true;
         if (offer->runner_up == key.second) {
           place.near = true;
-          place.probe_at = now + place.handoff + probe_slack;
+          place.probe_at = probe_time(now, offer->head_handoff, place.handoff);
         } else {
           place.probe_at.reset();  // another head, another runner-up: theirs to watch
         }

@@ -49,14 +49,17 @@ inline std::chrono::steady_clock::time_point unwoken_look(std::chrono::steady_cl
   return std::min(net, start + *holder_stale_in);
 }
 
-// 'o:<fence>:<head>:<runner-up>', a release's offer, read into its two tickets.
+// 'o:<fence>:<head>:<runner-up>:<head's handoff ms>', a release's offer (or
+// a queued try's), read into its two tickets and the head's handoff
+// deadline; a payload of an earlier version has no deadline.
 struct Offer {
   std::int64_t head = 0;
   std::int64_t runner_up = 0;
+  std::optional<std::chrono::milliseconds> head_handoff;
 };
 inline std::optional<Offer> offer_of(std::string_view payload) {
   if (!payload.starts_with("o:")) return std::nullopt;
-  std::int64_t numbers[3] = {0, 0, 0};
+  std::int64_t numbers[4] = {0, 0, 0, -1};
   std::size_t at = 2;
   for (auto& n : numbers) {
     const auto end = payload.find(':', at);
@@ -65,7 +68,18 @@ inline std::optional<Offer> offer_of(std::string_view payload) {
     if (end == std::string_view::npos) break;
     at = end + 1;
   }
-  return Offer{numbers[1], numbers[2]};
+  Offer offer{numbers[1], numbers[2], std::nullopt};
+  if (numbers[3] >= 0) offer.head_handoff = std::chrono::milliseconds(numbers[3]);
+  return offer;
+}
+
+// When the runner-up looks at a head that may let its offer lapse: after
+// the head's handoff deadline (its own when the offer did not say: a
+// payload of an earlier version), and a little more.
+inline std::chrono::steady_clock::time_point probe_time(std::chrono::steady_clock::time_point now,
+                                                        std::optional<std::chrono::milliseconds> head_handoff,
+                                                        std::chrono::nanoseconds own_handoff) {
+  return now + (head_handoff ? std::chrono::nanoseconds(*head_handoff) : own_handoff) + probe_slack;
 }
 
 }  // namespace pgmutex::postgres_detail

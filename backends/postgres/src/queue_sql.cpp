@@ -49,9 +49,11 @@ std::string head_ctes(const std::string& q, const std::string& who_lives, const 
          " nxt AS (SELECT ticket, waiter_pid FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
 }
 
-// 'o:<fence>:<head>:<runner-up or 0>', the offer's payload.
+// 'o:<fence>:<head>:<runner-up or 0>:<the head's handoff deadline, ms>',
+// the offer's payload: the runner-up looks when that deadline has passed.
 std::string offer_payload(const std::string& fence) {
-  return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)";
+  return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)"
+         " || ':' || (SELECT ceil(handoff_s * 1000)::bigint FROM head)";
 }
 
 // The NOTIFYs of an offer (or of a lock left free), `payload` on each
@@ -198,7 +200,12 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " +
           notify_offer(table, "$12", offer_payload("(SELECT fence FROM granted)")) + " END,"
       " (SELECT count(*) FROM rejoin) + (SELECT count(*) FROM conf_out) + (SELECT count(*) FROM lost_out)"
-      " + (SELECT count(*) FROM swept)" + (announce ? announce->columns : std::string()) +
+      " + (SELECT count(*) FROM swept),"
+      // The runner-up this try's offer named, and the head's deadline: a
+      // waiter does not hear its own NOTIFY (pq_connection.cpp), so the
+      // answer says whether it is now the runner-up that watches the head.
+      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN (SELECT ticket FROM nxt) END,"
+      " (SELECT ceil(handoff_s * 1000)::bigint FROM head)" + (announce ? announce->columns : std::string()) +
       " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true";
   };
   s.acquire_queued = {"pgmutex_acquire_queued" + suffix, acquire_queued_sql(nullptr)};

@@ -42,9 +42,16 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
           if (!oid) return tl::unexpected(std::move(oid.error()));
           auto& own = dynamic_cast<OwnSession&>(session);
           const std::string channel = postgres_detail::release_channel(*oid, request.lock.lock_name);
-          auto listened = own_pid != 0 ? own.listen({own_channel(channel, own_pid), vacancy_channel(channel)}, bound)
-                                       : own.listen(channel, bound);
+          std::vector<std::string> channels{channel};
+          if (own_pid != 0) channels = {own_channel(channel, own_pid), vacancy_channel(channel)};
+          auto listened = own.listen(channels, bound);
           if (!listened) return tl::unexpected(std::move(listened.error()));
+          // What these channels carried before now (from an earlier wait of
+          // this connection) is older than the enqueue's snapshot, which
+          // sees its outcome: not a wake-up of the place about to be taken.
+          // A Session's I/O thread reads its connection's notifications itself.
+          if (own_pid != 0)
+            for (const std::string& c : channels) (void)own.take_payloads(c);
         }
         const HolderDetails& given = request.holder_details;
         auto rows = session.run(
@@ -211,7 +218,7 @@ Result<QueueWake> PostgresBackend::wait_in_queue(const WatchRequest& w, std::int
         holder_changed = true;
         if (offer->runner_up == ticket) {
           here.near = true;
-          here.probe_at = Clock::now() + here.handoff + probe_slack;
+          here.probe_at = probe_time(Clock::now(), offer->head_handoff, here.handoff);
         } else {
           here.probe_at.reset();  // another head, another runner-up: theirs to watch
         }

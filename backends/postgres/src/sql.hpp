@@ -41,7 +41,8 @@ struct TableStatements {
 
   // --- the queue (issue 17; queue_sql.cpp). A release hands the lock to the
   // first live waiter in place (an offer) and NOTIFYs 'o:<fence>:<head
-  // ticket>:<runner-up ticket or 0>'; '' when the row went and nobody waits.
+  // ticket>:<runner-up ticket or 0>:<the head's handoff deadline, ms>'; ''
+  // when the row went and nobody waits.
   // The plain acquire above loses to any live waiter and to an unlapsed offer.
   // A queued try: the acquire's $1..$9, then $10 ticket, $11 the backend pid
   // the connection reported at start-up (0: none), $12 lock hash. Confirms an
