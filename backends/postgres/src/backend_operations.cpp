@@ -100,6 +100,9 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
 // runner-up: it watches that head's handoff deadline (`head_handoff_ms`),
 // as a release's NOTIFY naming it would have had it (queue_waits.cpp). Its
 // own NOTIFY does not reach it: a connection ignores its own (pq_connection.cpp).
+// A Session's connection hears its own (hear_own_notifications), and its
+// I/O thread arms its places' probes from them (queue_book.cpp): for its
+// backend this entry is written and not read.
 template <class Impl>
 void watch_the_head(Impl& impl, std::int64_t ticket, const std::string& head_handoff_ms) {
   const auto here = impl.queued_here.find(ticket);

@@ -5,11 +5,17 @@
 // Lock order, kept in every statement: the lock row before any queue row
 // (each CTE that writes the queue reads one that wrote or locked the lock
 // row, or for a free lock the insert's advisory lock), so two statements do
-// not wait on each other. One narrow exception is known: a queued try that
-// waited for another's insert of a free lock's row works from a snapshot
-// without that row; should a release of the new row sweep a place the try
-// locked while the try waits for that release's head, Postgres ends one of
-// them after deadlock_timeout (40P01, which the caller retries).
+// not wait on each other, and the places a statement offers are locked in
+// ticket order. A queued try that waited for another's insert of a free
+// lock's row works from a snapshot without that row, so the places it locks
+// are out of that order for a release (or takeover) of the new row: the
+// sweeps, the one write of places outside ticket order, therefore skip a
+// place another statement holds (FOR UPDATE SKIP LOCKED: it is garbage, left
+// for the next sweep) and never wait for one. Before, such a release and
+// such a try could each wait for the other until Postgres ended one after
+// deadlock_timeout (40P01). Left: a rejoin writes the caller's own place
+// last; a cycle through two rejoins is not known to be reachable, and
+// Postgres would end it the same way (the caller retries).
 //
 // Every takeover is an UPDATE ... WHERE that Postgres re-checks on the
 // newest row version, and every grant draws a new fence: the queue decides
@@ -111,9 +117,12 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
               " FROM offer, head WHERE q.lock_name = $1 AND q.ticket = head.ticket RETURNING q.ticket),"
               " gone AS (DELETE FROM " + t + " AS t USING me WHERE NOT EXISTS (SELECT 1 FROM head)"
               " AND t.locked = 1 AND t.lock_name = $1 AND t.fence = me.fence RETURNING 1),"
-              " swept AS (DELETE FROM " + q + " AS q USING me WHERE q.lock_name = $1"
+              // Garbage ahead of the head; a place another statement holds is left (the header).
+              " sweep AS (SELECT q.ticket FROM " + q + " AS q, me WHERE q.lock_name = $1"
               " AND q.ticket < coalesce((SELECT ticket FROM head), 9223372036854775807)"
-              " AND (q.offered_fence IS NOT NULL OR NOT " + alive("q") + ") RETURNING 1)"
+              " AND (q.offered_fence IS NOT NULL OR NOT " + alive("q") + ") FOR UPDATE OF q SKIP LOCKED),"
+              " swept AS (DELETE FROM " + q + " AS q USING sweep WHERE q.lock_name = $1"
+              " AND q.ticket = sweep.ticket RETURNING 1)"
               " SELECT " + std::string(row_columns) + ", " +
               notify_offer(table, hash,
                            "CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " +
@@ -184,9 +193,12 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " offer_mark AS (UPDATE " + q + " AS q SET offered_fence = (SELECT fence FROM granted),"
       " offered_until = now() + q.handoff_s * interval '1 second' WHERE q.lock_name = $1"
       " AND q.ticket = (SELECT ticket FROM head) AND q.ticket <> $10 AND EXISTS (SELECT 1 FROM granted) RETURNING q.ticket),"
-      " swept AS (DELETE FROM " + q + " AS q WHERE q.lock_name = $1 AND q.ticket <> $10 AND EXISTS (SELECT 1 FROM granted)"
+      // As the release's sweep: a place another statement holds is left (the header).
+      " sweep AS (SELECT q.ticket FROM " + q + " AS q WHERE q.lock_name = $1 AND q.ticket <> $10"
+      " AND EXISTS (SELECT 1 FROM granted)"
       " AND (q.ticket IN (SELECT ticket FROM off WHERE lapsed) OR (q.ticket < (SELECT ticket FROM head)"
-      " AND q.offered_fence IS NULL AND NOT " + alive("q") + ")) RETURNING 1),"
+      " AND q.offered_fence IS NULL AND NOT " + alive("q") + ")) FOR UPDATE OF q SKIP LOCKED),"
+      " swept AS (DELETE FROM " + q + " AS q USING sweep WHERE q.lock_name = $1 AND q.ticket = sweep.ticket RETURNING 1),"
       " rejoin AS (UPDATE " + q + " AS q SET last_seen = now(),"
       " waiter_pid = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE pg_backend_pid() END,"
       " waiter_started = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE " + my_start + " END"

@@ -49,9 +49,13 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
           // What these channels carried before now (from an earlier wait of
           // this connection) is older than the enqueue's snapshot, which
           // sees its outcome: not a wake-up of the place about to be taken.
-          // A Session's I/O thread reads its connection's notifications itself.
-          if (own_pid != 0)
+          // The lock's channel too, where a place not bound to this
+          // backend waits (queue_waits' wait, below). A Session's I/O
+          // thread reads its connection's notifications itself.
+          if (own_pid != 0) {
             for (const std::string& c : channels) (void)own.take_payloads(c);
+            (void)own.take_payloads(channel);
+          }
         }
         const HolderDetails& given = request.holder_details;
         auto rows = session.run(

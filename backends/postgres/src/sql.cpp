@@ -212,7 +212,7 @@ std::string vacancy_channel(const std::string& lock_channel) { return lock_chann
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and per statement text, so one connection can serve many tables.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v13");
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v14");
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;
