@@ -496,6 +496,7 @@ TEST_CASE("a release whose sweep meets a place held by a queued try that waited 
   const auto place = [&](PostgresBackend& b, const std::string& id, GrantToken token) {
     AcquireRequest r = request(table, lock, id);
     r.token = token;
+    r.timeout = 60s;  // the try's one statement spans the steps below: not the default bound's 7.5 s
     auto p = b.enqueue(r, 2s);
     REQUIRE(p);
     r.queue_ticket = p->ticket;
@@ -512,7 +513,10 @@ TEST_CASE("a release whose sweep meets a place held by a queued try that waited 
   std::optional<Result<AcquireResult>> tried;
   std::optional<Result<void>> released;
   std::jthread try_thread, release_thread;
-  // A plain try's insert of the lock's row, its advisory lock taken, left open.
+  // A plain try's insert of the lock's row, its advisory lock taken, left
+  // open. With live waiters queued a plain try inserts nothing: this stands
+  // for the inserts that can run then (another waiter's queued try granting
+  // a free lock to its head, or to itself).
   pqxx::connection inserter_connection("");
   pqxx::work inserter(inserter_connection);
   inserter.exec("SELECT pg_advisory_xact_lock(((('\"" + table + "\"')::regclass)::oid::bigint << 32)"
@@ -530,8 +534,8 @@ TEST_CASE("a release whose sweep meets a place held by a queued try that waited 
   b.exec("SELECT 1 FROM " + q + " WHERE ticket = " + p_r + " FOR UPDATE");
   inserter.commit();  // the try now holds the advisory lock and a snapshot without the row
   REQUIRE(eventually([&] { return blocked_by(t_pid, b0_connection.backendpid()); }));
-  release_thread = std::jthread([&] {
-    released = PostgresBackend("").release(HolderKey{LockRef{table, lock}, "holder", fence, 99});
+  release_thread = std::jthread([&, fence] {  // fence by value: declared after the thread
+    released = PostgresBackend("").release(HolderKey{LockRef{table, lock}, "holder", fence, 99, 60s});
   });
   // The release holds the lock row and P_h (P_s is dead to it) and waits for P_r.
   long long release_pid = 0;
