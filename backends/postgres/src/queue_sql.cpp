@@ -55,11 +55,14 @@ std::string head_ctes(const std::string& q, const std::string& who_lives, const 
          " nxt AS (SELECT ticket, waiter_pid FROM live ORDER BY ticket OFFSET 1 LIMIT 1),";
 }
 
+// The head's handoff deadline in milliseconds, as the runner-up reads it.
+constexpr std::string_view head_handoff_ms = "(SELECT ceil(handoff_s * 1000)::bigint FROM head)";
+
 // 'o:<fence>:<head>:<runner-up or 0>:<the head's handoff deadline, ms>',
 // the offer's payload: the runner-up looks when that deadline has passed.
 std::string offer_payload(const std::string& fence) {
   return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)"
-         " || ':' || (SELECT ceil(handoff_s * 1000)::bigint FROM head)";
+         " || ':' || " + std::string(head_handoff_ms);
 }
 
 // The NOTIFYs of an offer (or of a lock left free), `payload` on each
@@ -216,8 +219,8 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       // The runner-up this try's offer named, and the head's deadline: a
       // waiter does not hear its own NOTIFY (pq_connection.cpp), so the
       // answer says whether it is now the runner-up that watches the head.
-      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN (SELECT ticket FROM nxt) END,"
-      " (SELECT ceil(handoff_s * 1000)::bigint FROM head)" + (announce ? announce->columns : std::string()) +
+      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN (SELECT ticket FROM nxt) END, " +
+      std::string(head_handoff_ms) + (announce ? announce->columns : std::string()) +
       " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true";
   };
   s.acquire_queued = {"pgmutex_acquire_queued" + suffix, acquire_queued_sql(nullptr)};

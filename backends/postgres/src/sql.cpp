@@ -211,7 +211,10 @@ std::string vacancy_channel(const std::string& lock_channel) { return lock_chann
 
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
-  // Names differ per table and per statement text, so one connection can serve many tables.
+  // Names differ per table and commit mode, so one connection can serve many
+  // tables, and per version of the texts: a server session (behind a pooler)
+  // may hold an older pgmutex's statement of the same name, whose text or
+  // columns differ. Bump the tag whenever a statement's text or result changes.
   const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v14");
   TableStatements s;
   s.table = std::string(table);

@@ -48,6 +48,11 @@ struct TableStatements {
   // the connection reported at start-up (0: none), $12 lock hash. Confirms an
   // offer carrying $4, or reports the place lost, or (the lock available)
   // gives it to the first live waiter: us, or an offer to that head.
+  // Returns (by index): 0 the fence confirmed, 1 the fence taken, 2 lost,
+  // 3..7 the row seen (instance, fence, age, token, stale), 8 grace seconds
+  // left, 9 the fence offered, 10 its head's instance, 11 the NOTIFYs sent,
+  // 12 rows changed, 13 the runner-up that offer named, 14 the head's
+  // handoff deadline (ms).
   Statement acquire_queued;
   // The same try when the waiter heard a release offer it the lock: $1 lock,
   // $2 instance, $3 waiter token, $4 ticket, $5 lock timeout, $6 host. Only
@@ -82,7 +87,7 @@ struct TableStatements {
   // One statement per transition (BackendElectsInOneStatement). A
   // campaign's tries: acquire's $1..$9, $10 the value, $11 the lock hash;
   // acquire_queued's $1..$12, $13 the value. Each returns what the plain one
-  // returns, then whether the election row now shows the try's own grant
+  // returns (acquire_queued's 0..14), then whether the election row now shows the try's own grant
   // announced, then the 'elected' NOTIFY (void). A grant the try makes or
   // confirms for itself announces the value in the same transaction.
   Statement election_acquire;
