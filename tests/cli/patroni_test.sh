@@ -257,4 +257,9 @@ for code in "$LOGS"/run-*.codes; do
 done
 printf "patroni ($MODE): %s\n" "${figures[@]}"
 for f in "$LOGS"/*.err; do [[ -s "$f" ]] && { echo "$(basename "$f"):"; sort "$f" | uniq -c | sort -rn | head -n 3; }; done
+# CI shows only the tail of a failed run's output: the checker's verdict
+# comes last, on stderr, so that a violation is never cut off.
+grep -E "^check_holds:|VIOLATION" "$WORK/check" >&2
+# PGMUTEX_KEEP_LOGS=DIR keeps the holders' logs there (to replay the checker).
+[[ -n "${PGMUTEX_KEEP_LOGS:-}" ]] && mkdir -p "$PGMUTEX_KEEP_LOGS" && cp -r "$LOGS" "$PGMUTEX_KEEP_LOGS/$MODE-$$"
 finish
