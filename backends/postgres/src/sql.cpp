@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
+#include <utility>
 
 #include "pgmutex/table_name.hpp"
 #include "sql_parts.hpp"
@@ -191,6 +193,11 @@ std::string hash_hex(std::string_view text) {
   return out;
 }
 
+Statement::Statement(std::string_view name_prefix, std::string text)
+    : name(std::string(name_prefix) + "_" + hash_hex(text).substr(0, 8)), sql(std::move(text)) {
+  if (name.size() > 63) throw std::logic_error("pgmutex: statement name '" + name + "' is over 63 bytes");
+}
+
 std::string quote_table(std::string_view table) { return quote_parts(parts_of(table)); }
 
 std::string sql_table(std::string_view table) { return sql_name(parts_of(table)); }
@@ -212,10 +219,8 @@ std::string vacancy_channel(const std::string& lock_channel) { return lock_chann
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
   // Names differ per table and commit mode, so one connection can serve many
-  // tables, and per version of the texts: a server session (behind a pooler)
-  // may hold an older pgmutex's statement of the same name, whose text or
-  // columns differ. Bump the tag whenever a statement's text or result changes.
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync") + "/v14");
+  // tables; Statement adds a hash of each text (sql.hpp says why).
+  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync"));
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;

@@ -9,8 +9,16 @@
 
 namespace pgmutex::postgres_detail {
 
-// A prepared statement: its name (unique per table and text) and its text.
+// A prepared statement: its name and its text. The name is `name_prefix`
+// (the statement, the table and the commit mode) and a hash of the text: a
+// server session behind a pooler may hold an older pgmutex's statement under
+// an older name, and a text (or its result columns, which are in the text)
+// that changes gets a new name by itself, with no version tag to bump.
+// At most 63 bytes (Postgres's identifier limit): a longer name would be
+// truncated by the server, and two statements could meet under one name.
 struct Statement {
+  Statement() = default;
+  Statement(std::string_view name_prefix, std::string text);
   std::string name;
   std::string sql;
 };
