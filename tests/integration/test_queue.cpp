@@ -29,6 +29,7 @@
 #include "pgmutex/postgres_backend.hpp"
 #include "pgmutex/session.hpp"
 #include "queue_rules.hpp"  // the offer's payload read back
+#include "sql.hpp"          // an earlier pgmutex's offer, sent by hand to a channel
 #include "support.hpp"
 
 using namespace itest;
@@ -672,6 +673,65 @@ TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over a
   CHECK(queued(table) == 0);
 }
 
+TEST_CASE("a waiter that joins the line while an offer stands to a frozen head takes over when the offer lapses",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_late_joiner");
+  Holder holder(table);
+  // The head takes 4 s to confirm an offer; it is frozen before one comes.
+  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);
+  ::kill(frozen.pid, SIGSTOP);
+  holder.release();  // offered to the frozen head; no runner-up was in line to be named
+  CHECK(holder_of(table) == "frozen");
+  // The next one queues behind the standing offer: no NOTIFY will name it.
+  // Its first try's answer says how long the offer may still stand, and it
+  // looks then, not at its 30 s stale threshold (past its 15 s timeout).
+  Child next = queue_child(table, "next", 20, 15000, 1000, 30000);
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > holder.fence);
+  ::kill(frozen.pid, SIGCONT);
+  CHECK(fence_of(read_line(frozen, 60s)) > next_fence);  // it queued again
+  CHECK(wait_child(next) == 0);
+  CHECK(wait_child(frozen) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a runner-up told of an offer without its deadline (an earlier pgmutex's) looks again until the offer "
+          "lapses",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_old_offer");
+  const std::string q = table + "_queue";
+  Holder holder(table);
+  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);  // 4 s to confirm an offer
+  ::kill(frozen.pid, SIGSTOP);
+  Child next = queue_child(table, "next", 20, 15000, 1000, 30000);
+  const std::string head = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'frozen'"));
+  const std::string runner_up = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'next'"));
+  const long long next_pid = scalar("SELECT waiter_pid FROM " + q + " WHERE instance_id = 'next'");
+  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
+  // An earlier pgmutex's release: the offer to the head, and a payload
+  // without the head's deadline on the runner-up's own channel. The
+  // runner-up probes after its own 1 s, finds the offer standing, and its
+  // try's answer says for how long more: it looks again then, not at its
+  // 30 s stale threshold (past its 15 s timeout).
+  admin("WITH g AS (UPDATE " + table + " AS t SET instance_id = q.instance_id,"
+        " fence = nextval('" + pgmutex::postgres_detail::sql_fence_sequence(table) + "'),"
+        " grant_token = q.waiter_token, holder_stale_s = q.stale_s, last_heartbeat = now(), acquired_at = now()"
+        " FROM " + q + " AS q WHERE t.lock_name = 'job' AND q.ticket = " + head + " RETURNING t.fence)"
+        " UPDATE " + q + " SET offered_fence = (SELECT fence FROM g), offered_until = now() + interval '4 s'"
+        " WHERE ticket = " + head + ";"
+        " SELECT pg_notify('" + pgmutex::postgres_detail::own_channel(
+            pgmutex::postgres_detail::release_channel(std::to_string(oid), "job"), static_cast<int>(next_pid)) +
+        "', 'o:' || (SELECT fence FROM " + table + " WHERE lock_name = 'job') || ':" + head + ":" + runner_up + "')");
+  CHECK(holder_of(table) == "frozen");
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > holder.fence + 1);
+  ::kill(frozen.pid, SIGCONT);
+  CHECK(fence_of(read_line(frozen, 60s)) > next_fence);  // it queued again
+  CHECK(wait_child(next) == 0);
+  CHECK(wait_child(frozen) == 0);
+  CHECK(queued(table) == 0);
+}
+
 TEST_CASE("an offer's payload names the head, the runner-up and the head's handoff deadline", "[queue][offer]") {
   using pgmutex::postgres_detail::offer_of;
   const auto now = offer_of("o:12:7:9:2500");
@@ -918,6 +978,34 @@ TEST_CASE("a SessionMutex waiter that heard its offer confirms it in the lean st
   CHECK(lean);
   REQUIRE(eventually([&] { return line.finished.load() == 1; }));
   CHECK(line.failures.load() == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a SessionMutex waiter that joins the line while an offer stands to a frozen head takes over when the "
+          "offer lapses",
+          "[queue][session][frozen]") {
+  const std::string table = fresh_table("queue_session_late_joiner");
+  Holder holder(table);
+  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);  // 4 s to confirm an offer
+  ::kill(frozen.pid, SIGSTOP);
+  holder.release();  // offered to the frozen head, with nobody else in line
+  CHECK(holder_of(table) == "frozen");
+  // The Session's try (on the waiter's thread) learns how long the offer may
+  // still stand; its place's probe, not its 30 s stale threshold, ends the wait.
+  const auto session = Session::create("");
+  Options o = options(table, "job", "late");
+  o.heartbeat_interval = 1s;
+  o.stale_threshold = 30s;
+  o.alert_threshold = 15s;
+  o.handoff_deadline = 1s;
+  SessionMutex late(session->backend(), o);
+  auto guard = late.acquire(15s);
+  REQUIRE(guard);
+  CHECK(guard.fence() > holder.fence);
+  guard.release();
+  ::kill(frozen.pid, SIGCONT);
+  CHECK(fence_of(read_line(frozen, 60s)) > holder.fence);  // it queued again
+  CHECK(wait_child(frozen) == 0);
   CHECK(queued(table) == 0);
 }
 

@@ -97,20 +97,21 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
 }
 
 // This waiter's queued try offered the lock to the head and named it the
-// runner-up: it watches that head's handoff deadline (`head_handoff_ms`),
-// as a release's NOTIFY naming it would have had it (queue_waits.cpp). Its
-// own NOTIFY does not reach it: a connection ignores its own (pq_connection.cpp).
-// A Session's connection hears its own (hear_own_notifications), and its
-// I/O thread arms its places' probes from them (queue_book.cpp): for its
-// backend this entry is written and not read.
+// runner-up, or found an offer standing with it first behind: it watches
+// the head's handoff deadline (`head_handoff_ms`: the whole deadline, or
+// what is left of it), as a release's NOTIFY naming it would have had it
+// (queue_waits.cpp). Its own NOTIFY does not reach it: a connection ignores
+// its own (pq_connection.cpp). A Session's waiter reads the probe from here
+// (SharedAccess::take_probe) into its place (queue_book.cpp): its enqueue
+// ran on the I/O thread's backend, so the entry may be new here.
 template <class Impl>
 void watch_the_head(Impl& impl, std::int64_t ticket, const std::string& head_handoff_ms) {
-  const auto here = impl.queued_here.find(ticket);
-  if (here == impl.queued_here.end()) return;
+  if (impl.queued_here.size() >= 256 && !impl.queued_here.contains(ticket)) impl.queued_here.clear();
+  auto& here = impl.queued_here[ticket];
   std::optional<std::chrono::milliseconds> head_handoff;
   if (!head_handoff_ms.empty()) head_handoff = std::chrono::milliseconds(std::stoll(head_handoff_ms));
-  here->second.near = true;
-  here->second.probe_at = probe_time(std::chrono::steady_clock::now(), head_handoff, here->second.handoff);
+  here.near = true;
+  here.probe_at = probe_time(std::chrono::steady_clock::now(), head_handoff, here.handoff);
 }
 
 // A try (plain or queued), or a campaign's (`announce` set: the election's

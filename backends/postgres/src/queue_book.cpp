@@ -27,6 +27,9 @@ Result<QueuePlace> SessionCore::enqueue(const AcquireRequest& request, std::chro
     place.handoff = handoff_deadline;
     place.near = (*taken)->ahead <= 1;
     place.lease_kept = SharedAccess::lease_kept(*io_backend_, (*taken)->ticket);
+    // The runner-up of a standing offer (the enqueue says): no NOTIFY names it.
+    place.probe_at = SharedAccess::take_probe(*io_backend_, (*taken)->ticket);
+    if (place.probe_at) place.near = true;
     place.poll_delay = first_look;
     // The enqueue LISTENed already: this only names the channel (no
     // statement), unless the connection went meanwhile, which the epoch tells.
@@ -61,6 +64,14 @@ bool SessionCore::take_offer(std::string_view table, std::int64_t ticket) noexce
   if (found == places_.end() || !found->second.offered) return false;
   found->second.offered = false;
   return true;
+}
+
+void SessionCore::watch_head(std::string_view table, std::int64_t ticket, Deadline probe_at) noexcept {
+  std::lock_guard lock(mutex_);
+  const auto found = places_.find(std::pair<std::string, std::int64_t>(std::string(table), ticket));
+  if (found == places_.end()) return;
+  found->second.near = true;
+  found->second.probe_at = probe_at;
 }
 
 void SessionCore::forget_place(std::string_view table, std::int64_t ticket) noexcept {

@@ -202,6 +202,16 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " AND (q.ticket IN (SELECT ticket FROM off WHERE lapsed) OR (q.ticket < (SELECT ticket FROM head)"
       " AND q.offered_fence IS NULL AND NOT " + alive("q") + ")) FOR UPDATE OF q SKIP LOCKED),"
       " swept AS (DELETE FROM " + q + " AS q USING sweep WHERE q.lock_name = $1 AND q.ticket = sweep.ticket RETURNING 1),"
+      // An offer that stands, with us the first live waiter behind it: how
+      // long it may still stand (ms), so that we look again when it lapses.
+      // A probe that fired before the offer lapsed (an earlier pgmutex's
+      // payload has no deadline), or a NOTIFY lost with a connection, would
+      // otherwise leave the runner-up to its stale threshold.
+      " watch AS (SELECT ceil(extract(epoch FROM (o.offered_until - now())) * 1000)::bigint AS left_ms"
+      " FROM " + q + " AS o JOIN off ON off.ticket = o.ticket AND NOT off.lapsed"
+      " WHERE o.lock_name = $1 AND EXISTS (SELECT 1 FROM queued_here) AND NOT EXISTS (SELECT 1 FROM avail)"
+      " AND NOT EXISTS (SELECT 1 FROM " + q + " AS a WHERE a.lock_name = $1 AND a.offered_fence IS NULL"
+      " AND a.ticket < $10 AND " + alive("a") + ")),"
       " rejoin AS (UPDATE " + q + " AS q SET last_seen = now(),"
       " waiter_pid = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE pg_backend_pid() END,"
       " waiter_started = CASE WHEN q.waiter_pid IS NULL THEN NULL ELSE " + my_start + " END"
@@ -219,8 +229,12 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       // The runner-up this try's offer named, and the head's deadline: a
       // waiter does not hear its own NOTIFY (pq_connection.cpp), so the
       // answer says whether it is now the runner-up that watches the head.
-      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN (SELECT ticket FROM nxt) END, " +
-      std::string(head_handoff_ms) + (announce ? announce->columns : std::string()) +
+      // Else, with an offer standing and us first behind it: us, and how
+      // long the offer may still stand (watch).
+      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN (SELECT ticket FROM nxt)"
+      " WHEN EXISTS (SELECT 1 FROM watch) THEN $10 END,"
+      " CASE WHEN EXISTS (SELECT 1 FROM offer_mark) THEN " + std::string(head_handoff_ms) +
+      " ELSE (SELECT left_ms FROM watch) END" + (announce ? announce->columns : std::string()) +
       " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true";
   };
   s.acquire_queued = {"pgmutex_acquire_queued" + suffix, acquire_queued_sql(nullptr)};
@@ -256,7 +270,9 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
   // (pid and start) when the pid the connection reported at start-up is
   // the server's own; behind a pooler it is not, and a lease keeps it.
   // ahead: rows in line before it (the statement's snapshot has not its own
-  // row); try_now: the lock is free, stale or a lapsed offer.
+  // row); try_now: the lock is free, stale or a lapsed offer; then whether
+  // the place is bound to the backend, and the ms a standing offer it is
+  // the runner-up of may still stand (NULL: none).
   s.enqueue = {
       "pgmutex_enqueue" + suffix,
       "WITH " + std::string(procs_cte) + ","
@@ -272,7 +288,15 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
       " OR EXISTS (SELECT 1 FROM " + q + " AS q, cur WHERE q.lock_name = $1 AND q.offered_fence = cur.fence"
       " AND q.waiter_token = cur.token AND (q.offered_until < now() OR NOT " + alive("q") + ")),"
-      " ins.waiter_pid IS NOT NULL FROM ins"};
+      " ins.waiter_pid IS NOT NULL,"
+      // An offer that stands with nobody live in line before us: we join
+      // as its runner-up, whom no NOTIFY names: how long it may still stand
+      // (ms), so that we look when it lapses (the queued try's watch).
+      " (SELECT ceil(extract(epoch FROM (o.offered_until - now())) * 1000)::bigint FROM " + q + " AS o, cur"
+      " WHERE o.lock_name = $1 AND o.offered_fence = cur.fence AND o.waiter_token = cur.token"
+      " AND o.offered_until >= now() AND " + alive("o") + " AND NOT EXISTS (SELECT 1 FROM " + q + " AS a"
+      " WHERE a.lock_name = $1 AND a.offered_fence IS NULL AND " + alive("a") + "))"
+      " FROM ins"};
 
   // D: a place with no offer goes; an offered one is reported (its fence),
   // and the caller passes the offer on with the release.

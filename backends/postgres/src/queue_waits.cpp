@@ -100,6 +100,11 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
         here.near = place.ahead <= 1;
         here.handoff = handoff_deadline;
         here.poll_delay = first_look;
+        here.probe_at.reset();
+        if (!rows->is_null(0, 4)) {  // the runner-up of a standing offer that no NOTIFY will name it in
+          here.near = true;
+          here.probe_at = probe_time(Clock::now(), std::chrono::milliseconds(std::stoll(rows->text(0, 4))), handoff_deadline);
+        }
         return place;
       });
 }
@@ -262,6 +267,15 @@ void SharedAccess::offered(PostgresBackend& backend, std::int64_t ticket) noexce
     backend.impl_->queued_here[ticket].offered = true;
   } catch (...) {  // out of memory: the whole queued try confirms as well
   }
+}
+
+std::optional<std::chrono::steady_clock::time_point> SharedAccess::take_probe(PostgresBackend& backend,
+                                                                               std::int64_t ticket) noexcept {
+  if (!backend.impl_) return std::nullopt;
+  std::lock_guard lock(backend.impl_->mutex);
+  const auto found = backend.impl_->queued_here.find(ticket);
+  if (found == backend.impl_->queued_here.end()) return std::nullopt;
+  return std::exchange(found->second.probe_at, std::nullopt);
 }
 
 bool SharedAccess::lease_kept(PostgresBackend& backend, std::int64_t ticket) noexcept {

@@ -93,6 +93,16 @@ struct SessionBackend::Impl {
     if (request.queue_ticket != 0 && core().take_offer(request.lock.table, request.queue_ticket))
       SharedAccess::offered(backend, request.queue_ticket);
   }
+  // After it: a queued try that won, or found its place gone, ends the
+  // place's wait; one that found the place the runner-up of a head that may
+  // let its offer lapse arms the place's probe.
+  void after_queued_try(const AcquireRequest& request, const Result<AcquireResult>& tried) {
+    if (request.queue_ticket == 0 || !tried) return;
+    if (tried->acquired || tried->queue_place_lost)
+      core().forget_place(request.lock.table, request.queue_ticket);
+    else if (const auto probe_at = SharedAccess::take_probe(backend, request.queue_ticket))
+      core().watch_head(request.lock.table, request.queue_ticket, *probe_at);
+  }
   [[nodiscard]] postgres_detail::SessionCore& core() const { return *session->core_; }
 };
 
@@ -116,9 +126,7 @@ Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request)
   if (!impl_) return moved_from();
   impl_->before_queued_try(request);
   auto tried = impl_->backend.try_acquire(request);
-  // A queued try that won, or found its place gone, ends the place's wait.
-  if (request.queue_ticket != 0 && tried && (tried->acquired || tried->queue_place_lost))
-    impl_->core().forget_place(request.lock.table, request.queue_ticket);
+  impl_->after_queued_try(request, tried);
   return tried;
 }
 Result<void> SessionBackend::heartbeat(const HolderKey& key) noexcept {
@@ -273,9 +281,7 @@ Result<AcquireResult> SessionBackend::try_acquire(const AcquireRequest& request,
   if (!impl_) return moved_from();
   impl_->before_queued_try(request);
   auto tried = impl_->backend.try_acquire(request, announcement);
-  // As the plain try: a queued try that won, or found its place gone, ends the place's wait.
-  if (request.queue_ticket != 0 && tried && (tried->acquired || tried->queue_place_lost))
-    impl_->core().forget_place(request.lock.table, request.queue_ticket);
+  impl_->after_queued_try(request, tried);
   return tried;
 }
 

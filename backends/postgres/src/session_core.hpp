@@ -155,6 +155,10 @@ class SessionCore : public SharedConnection {
   // Whether a release offered the place the lock since the last call (its
   // next try is then the lean confirm); the mark is cleared.
   bool take_offer(std::string_view table, std::int64_t ticket) noexcept;
+  // The waiter's own queued try found it the runner-up of a head that may
+  // let its offer lapse: the place looks at `probe_at` (its own NOTIFY of
+  // an offer it made arms the same probe on the I/O thread).
+  void watch_head(std::string_view table, std::int64_t ticket, Deadline probe_at) noexcept;
 
   // Election observers (issue 18; election_book.cpp): one LISTEN per
   // election on the session's connection; every NOTIFY's change is handed

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,6 +59,11 @@ struct SharedAccess {
   // A release offered the Session's place `ticket` the lock (its I/O thread
   // heard it): the waiter's next queued try is the lean confirm (queue_waits.cpp).
   static void offered(PostgresBackend& backend, std::int64_t ticket) noexcept;
+  // When the place `ticket` should look at a head that may let its offer
+  // lapse, as the last queued try on `backend` found (backend_operations.cpp:
+  // watch_the_head), once: the Session's waiter arms its place with it.
+  static std::optional<std::chrono::steady_clock::time_point> take_probe(PostgresBackend& backend,
+                                                                         std::int64_t ticket) noexcept;
   // Whether the place `ticket` that `backend` just took is kept alive by a
   // lease (no server pid bound it: a pooler in front) rather than by its
   // connection's server backend: then only its looks renew it.

@@ -60,7 +60,8 @@ struct TableStatements {
   // 3..7 the row seen (instance, fence, age, token, stale), 8 grace seconds
   // left, 9 the fence offered, 10 its head's instance, 11 the NOTIFYs sent,
   // 12 rows changed, 13 the runner-up that offer named, 14 the head's
-  // handoff deadline (ms).
+  // handoff deadline (ms); with no offer made but one standing and us the
+  // first live waiter behind it, 13 our ticket and 14 the ms it may still stand.
   Statement acquire_queued;
   // The same try when the waiter heard a release offer it the lock: $1 lock,
   // $2 instance, $3 waiter token, $4 ticket, $5 lock timeout, $6 host. Only
@@ -71,7 +72,8 @@ struct TableStatements {
   Statement confirm_offer;
   // $1 lock, $2 instance, $3 stale seconds, $4 waiter token, $5 handoff
   // seconds, $6 lease seconds (a pooled waiter's), $7 reported backend pid,
-  // $8 host, $9 pid, $10 command. Returns ticket, ahead, try_now, pid_bound.
+  // $8 host, $9 pid, $10 command. Returns ticket, ahead, try_now, pid_bound,
+  // and the ms a standing offer it joins as runner-up may still stand.
   Statement enqueue;
   // $1 lock, $2 ticket, $3 waiter token. Returns dequeued, offered_fence.
   Statement dequeue;
