@@ -129,6 +129,10 @@ int queue(const std::string& table, const std::string& lock, const std::string& 
   pgmutex::Options o = holder_options(table, lock, instance);
   o.handoff_deadline = std::chrono::milliseconds(handoff_ms);
   o.stale_threshold = std::chrono::milliseconds(stale_ms);
+  // A waiter also looks at the holder's alert threshold: half the stale
+  // one here (1 s with the default 2 s), so that a long threshold means no
+  // early look that would stand in for the wake-up a test is about.
+  o.alert_threshold = o.stale_threshold / 2;
   pgmutex::Mutex mutex(pgmutex::PostgresBackend(""), o);
   auto guard = mutex.acquire(std::chrono::milliseconds(timeout_ms));
   if (!guard) {

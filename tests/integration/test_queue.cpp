@@ -661,8 +661,8 @@ TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over a
   // the head (alive: its connection is), naming itself the runner-up in a
   // NOTIFY its own connection does not hear. The answer tells it: it looks
   // after the head's 4 s, not its own 1 s (the offer stood then, and it
-  // slept on) nor its 30 s stale threshold (past its 15 s timeout).
-  Child next = queue_child(table, "next", 20, 15000, 1000, 30000);
+  // slept on) nor its 60 s stale or 30 s alert threshold (past its 15 s timeout).
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   CHECK(eventually([&] { return holder_of(table) == "frozen"; }));  // offered (by its try after the enqueue), not confirmed
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence);
@@ -673,19 +673,56 @@ TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over a
   CHECK(queued(table) == 0);
 }
 
+namespace {
+
+// An earlier pgmutex's release, by hand: the lock row offered to the place
+// `head` for 8 s, and the payload without the head's deadline
+// ('o:<fence>:<head>:<runner-up>') on the runner-up's own channel (its
+// server pid `own_pid`), or on the lock's channel, where a Session listens.
+void offer_as_an_earlier_pgmutex(const std::string& table, const std::string& head, const std::string& runner_up,
+                                 std::optional<long long> own_pid) {
+  const std::string q = table + "_queue";
+  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
+  std::string channel = pgmutex::postgres_detail::release_channel(std::to_string(oid), "job");
+  if (own_pid) channel = pgmutex::postgres_detail::own_channel(channel, static_cast<int>(*own_pid));
+  admin("WITH g AS (UPDATE " + table + " AS t SET instance_id = q.instance_id,"
+        " fence = nextval('" + pgmutex::postgres_detail::sql_fence_sequence(table) + "'),"
+        " grant_token = q.waiter_token, holder_stale_s = q.stale_s, last_heartbeat = now(), acquired_at = now()"
+        " FROM " + q + " AS q WHERE t.lock_name = 'job' AND q.ticket = " + head + " RETURNING t.fence)"
+        " UPDATE " + q + " SET offered_fence = (SELECT fence FROM g), offered_until = now() + interval '8 s'"
+        " WHERE ticket = " + head + ";"
+        " SELECT pg_notify('" + channel + "', 'o:' || (SELECT fence FROM " + table +
+        " WHERE lock_name = 'job') || ':" + head + ":" + runner_up + "')");
+}
+
+// A SessionMutex waiter "late" that gives up after a 1 s handoff deadline of
+// its own, with no early look of its own before 40 s (its alert threshold).
+Options late_joiner_options(const std::string& table) {
+  Options o = options(table, "job", "late");
+  o.heartbeat_interval = 1s;
+  o.stale_threshold = 60s;
+  o.alert_threshold = 40s;
+  o.handoff_deadline = 1s;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("a waiter that joins the line while an offer stands to a frozen head takes over when the offer lapses",
           "[queue][frozen]") {
   const std::string table = fresh_table("queue_late_joiner");
   Holder holder(table);
-  // The head takes 4 s to confirm an offer; it is frozen before one comes.
-  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);
+  // The head takes 8 s to confirm an offer; it is frozen before one comes.
+  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);
   ::kill(frozen.pid, SIGSTOP);
   holder.release();  // offered to the frozen head; no runner-up was in line to be named
   CHECK(holder_of(table) == "frozen");
-  // The next one queues behind the standing offer: no NOTIFY will name it.
-  // Its first try's answer says how long the offer may still stand, and it
-  // looks then, not at its 30 s stale threshold (past its 15 s timeout).
-  Child next = queue_child(table, "next", 20, 15000, 1000, 30000);
+  // The next one queues behind the standing offer (queue_child waits until
+  // it is in line: it did not find the offer lapsed), and no NOTIFY will
+  // name it. Its enqueue's answer says how long the offer may still stand,
+  // and it looks then, not at its 60 s stale or 30 s alert threshold (past
+  // its 15 s timeout), nor at the offered row's 30 s.
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence);
   ::kill(frozen.pid, SIGCONT);
@@ -701,27 +738,18 @@ TEST_CASE("a runner-up told of an offer without its deadline (an earlier pgmutex
   const std::string table = fresh_table("queue_old_offer");
   const std::string q = table + "_queue";
   Holder holder(table);
-  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);  // 4 s to confirm an offer
+  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);  // 8 s to confirm an offer
   ::kill(frozen.pid, SIGSTOP);
-  Child next = queue_child(table, "next", 20, 15000, 1000, 30000);
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   const std::string head = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'frozen'"));
   const std::string runner_up = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'next'"));
   const long long next_pid = scalar("SELECT waiter_pid FROM " + q + " WHERE instance_id = 'next'");
-  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
   // An earlier pgmutex's release: the offer to the head, and a payload
   // without the head's deadline on the runner-up's own channel. The
   // runner-up probes after its own 1 s, finds the offer standing, and its
   // try's answer says for how long more: it looks again then, not at its
-  // 30 s stale threshold (past its 15 s timeout).
-  admin("WITH g AS (UPDATE " + table + " AS t SET instance_id = q.instance_id,"
-        " fence = nextval('" + pgmutex::postgres_detail::sql_fence_sequence(table) + "'),"
-        " grant_token = q.waiter_token, holder_stale_s = q.stale_s, last_heartbeat = now(), acquired_at = now()"
-        " FROM " + q + " AS q WHERE t.lock_name = 'job' AND q.ticket = " + head + " RETURNING t.fence)"
-        " UPDATE " + q + " SET offered_fence = (SELECT fence FROM g), offered_until = now() + interval '4 s'"
-        " WHERE ticket = " + head + ";"
-        " SELECT pg_notify('" + pgmutex::postgres_detail::own_channel(
-            pgmutex::postgres_detail::release_channel(std::to_string(oid), "job"), static_cast<int>(next_pid)) +
-        "', 'o:' || (SELECT fence FROM " + table + " WHERE lock_name = 'job') || ':" + head + ":" + runner_up + "')");
+  // 60 s stale or 30 s alert threshold (past its 15 s timeout).
+  offer_as_an_earlier_pgmutex(table, head, runner_up, next_pid);
   CHECK(holder_of(table) == "frozen");
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence + 1);
@@ -986,25 +1014,58 @@ TEST_CASE("a SessionMutex waiter that joins the line while an offer stands to a 
           "[queue][session][frozen]") {
   const std::string table = fresh_table("queue_session_late_joiner");
   Holder holder(table);
-  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);  // 4 s to confirm an offer
+  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);  // 8 s to confirm an offer
   ::kill(frozen.pid, SIGSTOP);
   holder.release();  // offered to the frozen head, with nobody else in line
   CHECK(holder_of(table) == "frozen");
-  // The Session's try (on the waiter's thread) learns how long the offer may
-  // still stand; its place's probe, not its 30 s stale threshold, ends the wait.
+  // The Session's enqueue (on its I/O thread) learns how long the offer may
+  // still stand; its place's probe, not its 40 s alert threshold nor the
+  // offered row's 30 s (both past its 20 s timeout), ends the wait.
   const auto session = Session::create("");
-  Options o = options(table, "job", "late");
-  o.heartbeat_interval = 1s;
-  o.stale_threshold = 30s;
-  o.alert_threshold = 15s;
-  o.handoff_deadline = 1s;
-  SessionMutex late(session->backend(), o);
-  auto guard = late.acquire(15s);
-  REQUIRE(guard);
-  CHECK(guard.fence() > holder.fence);
-  guard.release();
+  SessionMutex late(session->backend(), late_joiner_options(table));
+  Fence fence = 0;
+  std::jthread waiter([&] {
+    auto guard = late.acquire(20s);
+    if (guard) fence = guard.fence();
+  });
+  REQUIRE(eventually([&] { return queued(table) == 2; }));  // in line behind the standing offer
+  CHECK(holder_of(table) == "frozen");
+  waiter.join();
+  CHECK(fence > holder.fence);
   ::kill(frozen.pid, SIGCONT);
   CHECK(fence_of(read_line(frozen, 60s)) > holder.fence);  // it queued again
+  CHECK(wait_child(frozen) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a SessionMutex runner-up told of an offer without its deadline (an earlier pgmutex's) looks again until "
+          "the offer lapses",
+          "[queue][session][frozen]") {
+  const std::string table = fresh_table("queue_session_old_offer");
+  const std::string q = table + "_queue";
+  Holder holder(table);
+  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);  // 8 s to confirm an offer
+  ::kill(frozen.pid, SIGSTOP);
+  const auto session = Session::create("");
+  SessionMutex next(session->backend(), late_joiner_options(table));
+  Fence fence = 0;
+  std::jthread waiter([&] {
+    auto guard = next.acquire(20s);
+    if (guard) fence = guard.fence();
+  });
+  REQUIRE(eventually([&] { return queued(table) == 2; }));
+  const std::string head = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'frozen'"));
+  const std::string runner_up = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'late'"));
+  // An earlier pgmutex's release on the lock's channel, where a Session's
+  // waiter listens: the Session's probe fires after the waiter's own 1 s,
+  // its try finds the offer standing and says for how long more, and the
+  // place's probe is armed again from that answer (the waiter's thread).
+  offer_as_an_earlier_pgmutex(table, head, runner_up, std::nullopt);
+  CHECK(holder_of(table) == "frozen");
+  waiter.join();
+  CHECK(fence > holder.fence + 1);
+  ::kill(frozen.pid, SIGCONT);
+  CHECK(fence_of(read_line(frozen, 60s)) > fence);  // it queued again
   CHECK(wait_child(frozen) == 0);
   CHECK(queued(table) == 0);
 }

@@ -190,20 +190,20 @@ std::string fences_past_terms_sql(std::string_view table) {
          "END $pgmutex$;\n";
 }
 
-void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
+void add_election_statements(TableStatements& s, std::string_view table) {
   const std::string t = quote_table(table);
   const std::string e = quoted_election(table);
 
   // Who leads: $1 lock, $2 the reader's stale threshold (seconds). Leading:
   // announced, not vacated, and the lock row live under the same fence.
-  s.leader = {"pgmutex_leader" + suffix,
+  s.leader = {"pgmutex_leader",
               "SELECT " + record_columns("e") + ", " + lock_row_columns("$2") +
                   " FROM (VALUES (1)) AS one(x) LEFT JOIN " + e + " AS e ON e.lock_name = $1"
                   " LEFT JOIN " + t + " AS t ON t.locked = 1 AND t.lock_name = $1"};
 
   // S: every election of the table for `pgmutex status` ($1 the reader's
   // stale threshold), each row as leader's, its lock's name first.
-  s.list_elections = {"pgmutex_list_elections" + suffix,
+  s.list_elections = {"pgmutex_list_elections",
                       "SELECT e.lock_name, " + record_columns("e") + ", " + lock_row_columns("$1") + " FROM " + e +
                           " AS e LEFT JOIN " + t + " AS t ON t.locked = 1 AND t.lock_name = e.lock_name"
                           " ORDER BY e.lock_name"};
@@ -214,7 +214,7 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
   // already vacated, writes nothing (a retry after a lost reply is harmless).
   // Returns whether the key held the lock, then the row as it is now.
   s.announce = {
-      "pgmutex_announce" + suffix,
+      "pgmutex_announce",
       "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
       + holder_row(t, true) +
       " prev AS (SELECT term FROM " + e + " WHERE lock_name = $1),"
@@ -230,7 +230,7 @@ void add_election_statements(TableStatements& s, std::string_view table, const s
   // row stays, not leading, and the count moves on. Returns whether the key
   // held the lock, then the row as it is now (already vacated: unchanged).
   s.vacate = {
-      "pgmutex_vacate" + suffix,
+      "pgmutex_vacate",
       "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true)),"
       + holder_row(t, false) +
       " up AS (" + vacate_term(e) + "),"

@@ -229,7 +229,7 @@ Outcome<void> OwnSession::prepare(const Statement& statement, const Bound& bound
   // statement_timeout fired while the server waited for the Sync behind it
   // (a slow link, a loaded server). The statement then exists under our name,
   // and every later Parse of it is refused with 42P05. A name carries a hash
-  // of its table and statement set (sql.cpp), so the one there is this one.
+  // of its text (sql.hpp), so the one there is this one.
   if (!prepared && !(prepared.error().kind == StatementFailure::Kind::server &&
                      prepared.error().sqlstate == duplicate_prepared_statement))
     return tl::unexpected(not_sent(std::move(prepared.error())));

@@ -134,7 +134,7 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
               ", (SELECT count(*) FROM swept)" + vacated.columns + " FROM me"};
 }
 
-void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix) {
+void add_queue_statements(TableStatements& s, std::string_view table) {
   const std::string t = quote_table(table);
   const std::string q = quoted_queue(table);
   const std::string ours = "q.lock_name = $1 AND q.ticket = $10 AND q.waiter_token = $4::bigint";
@@ -237,12 +237,12 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       " ELSE (SELECT left_ms FROM watch) END" + (announce ? announce->columns : std::string()) +
       " FROM (VALUES (1)) AS one(x) LEFT JOIN cur AS c ON true";
   };
-  s.acquire_queued = {"pgmutex_acquire_queued" + suffix, acquire_queued_sql(nullptr)};
+  s.acquire_queued = {"pgmutex_acquire_queued", acquire_queued_sql(nullptr)};
   // $13 the value ($12 the lock hash, as above).
   const ElectionParts announce = announce_with_grant(
       table, "SELECT fence FROM conf UNION ALL SELECT g.fence FROM granted AS g WHERE EXISTS (SELECT 1 FROM took)",
       "$13", "$12");
-  s.election_acquire_queued = {"pgmutex_election_acquire_queued" + suffix, acquire_queued_sql(&announce)};
+  s.election_acquire_queued = {"pgmutex_election_acquire_queued", acquire_queued_sql(&announce)};
 
   // The queued try's confirm alone, for a waiter that heard its offer: the
   // same conf and conf_out as above (the lock row carries our token: touch
@@ -262,9 +262,9 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
            " SELECT (SELECT fence FROM conf), (SELECT count(*) FROM conf_out)" +
            (announce ? announce->columns : std::string());
   };
-  s.confirm_offer = {"pgmutex_confirm_offer" + suffix, confirm_offer_sql(nullptr)};
+  s.confirm_offer = {"pgmutex_confirm_offer", confirm_offer_sql(nullptr)};
   const ElectionParts announce_confirmed = announce_with_grant(table, "SELECT fence FROM conf", "$8", "$7");
-  s.election_confirm_offer = {"pgmutex_election_confirm_offer" + suffix, confirm_offer_sql(&announce_confirmed)};
+  s.election_confirm_offer = {"pgmutex_election_confirm_offer", confirm_offer_sql(&announce_confirmed)};
 
   // E: after the LISTEN. The waiter is bound to this connection's backend
   // (pid and start) when the pid the connection reported at start-up is
@@ -274,7 +274,7 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
   // the place is bound to the backend, and the ms a standing offer it is
   // the runner-up of may still stand (NULL: none).
   s.enqueue = {
-      "pgmutex_enqueue" + suffix,
+      "pgmutex_enqueue",
       "WITH " + std::string(procs_cte) + ","
       " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id, " + std::string(stale_condition) +
       " AS stale FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
@@ -294,20 +294,20 @@ void add_queue_statements(TableStatements& s, std::string_view table, const std:
       // (ms), so that we look when it lapses (the queued try's watch).
       " (SELECT ceil(extract(epoch FROM (o.offered_until - now())) * 1000)::bigint FROM " + q + " AS o, cur"
       " WHERE o.lock_name = $1 AND o.offered_fence = cur.fence AND o.waiter_token = cur.token"
-      " AND o.offered_until >= now() AND " + alive("o") + " AND NOT EXISTS (SELECT 1 FROM " + q + " AS a"
+      " AND o.instance_id = cur.instance_id AND o.offered_until >= now() AND " + alive("o") + " AND NOT EXISTS (SELECT 1 FROM " + q + " AS a"
       " WHERE a.lock_name = $1 AND a.offered_fence IS NULL AND " + alive("a") + "))"
       " FROM ins"};
 
   // D: a place with no offer goes; an offered one is reported (its fence),
   // and the caller passes the offer on with the release.
-  s.dequeue = {"pgmutex_dequeue" + suffix,
+  s.dequeue = {"pgmutex_dequeue",
                "WITH d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint"
                " AND offered_fence IS NULL RETURNING ticket)"
                " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
                " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint)"};
 
   // S: what `pgmutex status` shows of the queues.
-  s.list_queue = {"pgmutex_list_queue" + suffix,
+  s.list_queue = {"pgmutex_list_queue",
                   "WITH " + std::string(procs_cte) + " SELECT q.lock_name, q.ticket, q.instance_id,"
                   " coalesce(q.holder_host, ''), coalesce(q.holder_pid, 0),"
                   " " + seconds_since("q.enqueued_at") + ", q.offered_fence IS NOT NULL, " + alive("q") +

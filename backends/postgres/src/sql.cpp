@@ -194,7 +194,7 @@ std::string hash_hex(std::string_view text) {
 }
 
 Statement::Statement(std::string_view name_prefix, std::string text)
-    : name(std::string(name_prefix) + "_" + hash_hex(text).substr(0, 8)), sql(std::move(text)) {
+    : name(std::string(name_prefix) + "_" + hash_hex(text)), sql(std::move(text)) {
   if (name.size() > 63) throw std::logic_error("pgmutex: statement name '" + name + "' is over 63 bytes");
 }
 
@@ -218,9 +218,9 @@ std::string vacancy_channel(const std::string& lock_channel) { return lock_chann
 
 TableStatements make_statements(std::string_view table, bool heartbeat_synchronous_commit_off) {
   const std::string t = quote_table(table);
-  // Names differ per table and commit mode, so one connection can serve many
-  // tables; Statement adds a hash of each text (sql.hpp says why).
-  const std::string suffix = "_" + hash_hex(std::string(table) + (heartbeat_synchronous_commit_off ? "/async" : "/sync"));
+  // A statement's name is its kind and a hash of its text (Statement, sql.hpp):
+  // the text names the table, so one connection can serve many tables, and
+  // two statements share a name only if they share the text.
   TableStatements s;
   s.table = std::string(table);
   s.asynchronous = heartbeat_synchronous_commit_off;
@@ -302,10 +302,10 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " CROSS JOIN (SELECT " + std::string(forced_synchronous_commit) + ", " + lock_timeout("$5") + ") AS cfg"
                " LEFT JOIN cur AS c ON true";
   };
-  s.acquire = {"pgmutex_acquire" + suffix, acquire_sql(nullptr)};
+  s.acquire = {"pgmutex_acquire", acquire_sql(nullptr)};
   // $10 the value, $11 the lock hash.
   const ElectionParts announce = announce_with_grant(table, "SELECT fence FROM ins UNION ALL SELECT fence FROM upd", "$10", "$11");
-  s.election_acquire = {"pgmutex_election_acquire" + suffix, acquire_sql(&announce)};
+  s.election_acquire = {"pgmutex_election_acquire", acquire_sql(&announce)};
 
   // synchronous_commit is read at commit: set_config(..., true) inside the
   // statement decides it for this one implicit transaction, whatever the
@@ -325,13 +325,13 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
       heartbeat_synchronous_commit_off ? ", set_config('synchronous_commit', 'off', true)" + wal_columns : force_sync;
   const std::string wal_returned = heartbeat_synchronous_commit_off ? " RETURNING cfg.wal_before, cfg.wal_flushed" : "";
   // A grant is named by instance, fence and token; a seed-made row (no token) by token 0.
-  s.heartbeat = {"pgmutex_heartbeat" + suffix,
+  s.heartbeat = {"pgmutex_heartbeat",
                  "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + commit_mode +
                      ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
                      " AND coalesce(grant_token, 0) = $4::bigint" + wal_returned};
 
   // Raised to a synchronous commit for this statement only, as the acquire does.
-  s.heartbeat_durable = {"pgmutex_heartbeat_durable" + suffix,
+  s.heartbeat_durable = {"pgmutex_heartbeat_durable",
                          "UPDATE " + t + " SET last_heartbeat = now() FROM (SELECT " + lock_timeout("$5") + force_sync +
                              ") AS cfg WHERE locked = 1 AND lock_name = $1 AND instance_id = $2 AND fence = $3"
                              " AND coalesce(grant_token, 0) = $4::bigint"};
@@ -345,7 +345,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                                   " AND t.fence = k.fence AND coalesce(t.grant_token, 0) = k.token";
   // Asynchronous: each row returned carries the WAL positions too (read once).
   const std::string wal_of_cfg = heartbeat_synchronous_commit_off ? ", cfg.wal_before, cfg.wal_flushed" : "";
-  s.heartbeat_many = {"pgmutex_heartbeat_many" + suffix,
+  s.heartbeat_many = {"pgmutex_heartbeat_many",
                       "UPDATE " + t + " AS t SET last_heartbeat = now() FROM" + keys_of + "," +
                           " (SELECT " + lock_timeout("$5") + commit_mode + ") AS cfg" + key_matches + " RETURNING k.i" +
                           wal_of_cfg};
@@ -354,7 +354,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // UPDATE then finds them by the unique index (locked, lock_name). The
   // lock costs a WAL record per row of its own (BENCHMARKS.md, Sessions).
   s.heartbeat_many_skip_locked = {
-      "pgmutex_heartbeat_many_skip_locked" + suffix,
+      "pgmutex_heartbeat_many_skip_locked",
       "WITH mine AS (SELECT t.lock_name, k.i" + wal_of_cfg + " FROM " + t + " AS t," + keys_of + "," +
           " (SELECT " + lock_timeout("$5") + commit_mode + ") AS cfg" + key_matches + " FOR UPDATE OF t SKIP LOCKED)"
           " UPDATE " + t + " AS t SET last_heartbeat = now() FROM mine WHERE t.locked = 1 AND t.lock_name = mine.lock_name"
@@ -362,16 +362,16 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
 
   // The NOTIFY is sent at commit, only if the row was ours: a handoff to
   // the first live waiter, or '' when the row went (queue_sql.cpp).
-  s.release = handoff_release(table, true, "pgmutex_release" + suffix);
-  s.election_release = handoff_release(table, true, "pgmutex_election_release" + suffix, /*vacate=*/true);
+  s.release = handoff_release(table, true, "pgmutex_release");
+  s.election_release = handoff_release(table, true, "pgmutex_election_release", /*vacate=*/true);
 
-  s.inspect = {"pgmutex_inspect" + suffix,
+  s.inspect = {"pgmutex_inspect",
                "SELECT " + row_columns + " FROM " + t + " WHERE locked = 1 AND lock_name = $1" + no_marker};
-  s.list = {"pgmutex_list" + suffix,
+  s.list = {"pgmutex_list",
             "SELECT " + row_columns + " FROM " + t + " WHERE locked = 1" + no_marker + " ORDER BY lock_name"};
-  s.force_release = handoff_release(table, false, "pgmutex_force_release" + suffix);
-  add_queue_statements(s, table, suffix);
-  add_election_statements(s, table, suffix);
+  s.force_release = handoff_release(table, false, "pgmutex_force_release");
+  add_queue_statements(s, table);
+  add_election_statements(s, table);
   return s;
 }
 

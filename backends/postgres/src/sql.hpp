@@ -10,10 +10,11 @@
 namespace pgmutex::postgres_detail {
 
 // A prepared statement: its name and its text. The name is `name_prefix`
-// (the statement, the table and the commit mode) and a hash of the text: a
-// server session behind a pooler may hold an older pgmutex's statement under
-// an older name, and a text (or its result columns, which are in the text)
-// that changes gets a new name by itself, with no version tag to bump.
+// (what the statement does) and a 64-bit hash of the text, which names the
+// table: a server session behind a pooler may hold an older pgmutex's
+// statement under an older name, and a text (or its result columns, which
+// are in the text) that changes gets a new name by itself, with no version
+// tag to bump. Two statements share a name only if they share the text.
 // At most 63 bytes (Postgres's identifier limit): a longer name would be
 // truncated by the server, and two statements could meet under one name.
 struct Statement {

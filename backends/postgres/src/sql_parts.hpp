@@ -63,9 +63,9 @@ struct TableStatements;
 // the queue's statements, and the queue table's DDL.
 // `vacate`: the resign's release (TableStatements::election_release).
 Statement handoff_release(std::string_view table, bool keyed, const std::string& name, bool vacate = false);
-void add_queue_statements(TableStatements& s, std::string_view table, const std::string& suffix);
+void add_queue_statements(TableStatements& s, std::string_view table);
 std::string create_queue_sql(std::string_view table);
-void add_election_statements(TableStatements& s, std::string_view table, const std::string& suffix);
+void add_election_statements(TableStatements& s, std::string_view table);
 std::string create_election_sql(std::string_view table);
 // create_schema's step, before the queue's DDL, that moves the fence
 // sequence past the terms an election table kept (a no-op unless it must).
