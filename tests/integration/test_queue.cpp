@@ -649,30 +649,6 @@ TEST_CASE("a waiter further back, with the head and the runner-up gone, still ta
   CHECK(wait_child(third) == 0);
 }
 
-TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over after that head's handoff deadline",
-          "[queue][frozen]") {
-  const std::string table = fresh_table("queue_own_offer");
-  Holder holder(table);  // no heartbeat; its row stores a 60 s threshold
-  // The head takes 4 s to confirm an offer; it is frozen before one comes.
-  Child frozen = queue_child(table, "frozen", 20, 60000, 4000, 30000);
-  ::kill(frozen.pid, SIGSTOP);
-  admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'job'");
-  // The next one's first try finds the holder dead and offers the lock to
-  // the head (alive: its connection is), naming itself the runner-up in a
-  // NOTIFY its own connection does not hear. The answer tells it: it looks
-  // after the head's 4 s, not its own 1 s (the offer stood then, and it
-  // slept on) nor its 60 s stale or 30 s alert threshold (past its 15 s timeout).
-  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
-  CHECK(eventually([&] { return holder_of(table) == "frozen"; }));  // offered (by its try after the enqueue), not confirmed
-  const long long next_fence = fence_of(read_line(next, 60s));
-  CHECK(next_fence > holder.fence);
-  ::kill(frozen.pid, SIGCONT);
-  CHECK(fence_of(read_line(frozen, 60s)) > next_fence);  // it queued again
-  CHECK(wait_child(next) == 0);
-  CHECK(wait_child(frozen) == 0);
-  CHECK(queued(table) == 0);
-}
-
 namespace {
 
 // An earlier pgmutex's release, by hand: the lock row offered to the place
@@ -706,15 +682,49 @@ Options late_joiner_options(const std::string& table) {
   return o;
 }
 
+// A head in line (30 s stale threshold) that takes `handoff_ms` to confirm
+// an offer, frozen (SIGSTOP) before one comes. thaw(): it finds its offer
+// lapsed, queues again, and is granted after the fence `after`.
+struct FrozenHead {
+  Child child;
+  FrozenHead(const std::string& table, int handoff_ms)
+      : child(queue_child(table, "frozen", 20, 60000, handoff_ms, 30000)) {
+    ::kill(child.pid, SIGSTOP);
+  }
+  void thaw(Fence after) {
+    ::kill(child.pid, SIGCONT);
+    CHECK(fence_of(read_line(child, 60s)) > after);  // it queued again
+    CHECK(wait_child(child) == 0);
+  }
+};
+
 }  // namespace
+
+TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over after that head's handoff deadline",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_own_offer");
+  Holder holder(table);  // no heartbeat; its row stores a 60 s threshold
+  FrozenHead frozen(table, 4000);  // 4 s to confirm an offer
+  admin("UPDATE " + table + " SET last_heartbeat = now() - interval '1 hour' WHERE lock_name = 'job'");
+  // The next one's first try finds the holder dead and offers the lock to
+  // the head (alive: its connection is), naming itself the runner-up in a
+  // NOTIFY its own connection does not hear. The answer tells it: it looks
+  // after the head's 4 s, not its own 1 s (the offer stood then, and it
+  // slept on) nor its 60 s stale or 30 s alert threshold (past its 15 s timeout).
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  CHECK(eventually([&] { return holder_of(table) == "frozen"; }));  // offered (by its try after the enqueue), not confirmed
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > holder.fence);
+  frozen.thaw(next_fence);
+  CHECK(wait_child(next) == 0);
+  CHECK(queued(table) == 0);
+}
 
 TEST_CASE("a waiter that joins the line while an offer stands to a frozen head takes over when the offer lapses",
           "[queue][frozen]") {
   const std::string table = fresh_table("queue_late_joiner");
   Holder holder(table);
-  // The head takes 8 s to confirm an offer; it is frozen before one comes.
-  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);
-  ::kill(frozen.pid, SIGSTOP);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
   holder.release();  // offered to the frozen head; no runner-up was in line to be named
   CHECK(holder_of(table) == "frozen");
   // The next one queues behind the standing offer (queue_child waits until
@@ -725,10 +735,8 @@ TEST_CASE("a waiter that joins the line while an offer stands to a frozen head t
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence);
-  ::kill(frozen.pid, SIGCONT);
-  CHECK(fence_of(read_line(frozen, 60s)) > next_fence);  // it queued again
+  frozen.thaw(next_fence);
   CHECK(wait_child(next) == 0);
-  CHECK(wait_child(frozen) == 0);
   CHECK(queued(table) == 0);
 }
 
@@ -738,8 +746,7 @@ TEST_CASE("a runner-up told of an offer without its deadline (an earlier pgmutex
   const std::string table = fresh_table("queue_old_offer");
   const std::string q = table + "_queue";
   Holder holder(table);
-  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);  // 8 s to confirm an offer
-  ::kill(frozen.pid, SIGSTOP);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   const std::string head = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'frozen'"));
   const std::string runner_up = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'next'"));
@@ -753,10 +760,8 @@ TEST_CASE("a runner-up told of an offer without its deadline (an earlier pgmutex
   CHECK(holder_of(table) == "frozen");
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence + 1);
-  ::kill(frozen.pid, SIGCONT);
-  CHECK(fence_of(read_line(frozen, 60s)) > next_fence);  // it queued again
+  frozen.thaw(next_fence);
   CHECK(wait_child(next) == 0);
-  CHECK(wait_child(frozen) == 0);
   CHECK(queued(table) == 0);
 }
 
@@ -1014,8 +1019,7 @@ TEST_CASE("a SessionMutex waiter that joins the line while an offer stands to a 
           "[queue][session][frozen]") {
   const std::string table = fresh_table("queue_session_late_joiner");
   Holder holder(table);
-  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);  // 8 s to confirm an offer
-  ::kill(frozen.pid, SIGSTOP);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
   holder.release();  // offered to the frozen head, with nobody else in line
   CHECK(holder_of(table) == "frozen");
   // The Session's enqueue (on its I/O thread) learns how long the offer may
@@ -1032,9 +1036,7 @@ TEST_CASE("a SessionMutex waiter that joins the line while an offer stands to a 
   CHECK(holder_of(table) == "frozen");
   waiter.join();
   CHECK(fence > holder.fence);
-  ::kill(frozen.pid, SIGCONT);
-  CHECK(fence_of(read_line(frozen, 60s)) > holder.fence);  // it queued again
-  CHECK(wait_child(frozen) == 0);
+  frozen.thaw(holder.fence);
   CHECK(queued(table) == 0);
 }
 
@@ -1044,8 +1046,7 @@ TEST_CASE("a SessionMutex runner-up told of an offer without its deadline (an ea
   const std::string table = fresh_table("queue_session_old_offer");
   const std::string q = table + "_queue";
   Holder holder(table);
-  Child frozen = queue_child(table, "frozen", 20, 60000, 8000, 30000);  // 8 s to confirm an offer
-  ::kill(frozen.pid, SIGSTOP);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
   const auto session = Session::create("");
   SessionMutex next(session->backend(), late_joiner_options(table));
   Fence fence = 0;
@@ -1064,9 +1065,7 @@ TEST_CASE("a SessionMutex runner-up told of an offer without its deadline (an ea
   CHECK(holder_of(table) == "frozen");
   waiter.join();
   CHECK(fence > holder.fence + 1);
-  ::kill(frozen.pid, SIGCONT);
-  CHECK(fence_of(read_line(frozen, 60s)) > fence);  // it queued again
-  CHECK(wait_child(frozen) == 0);
+  frozen.thaw(fence);
   CHECK(queued(table) == 0);
 }
 
