@@ -100,6 +100,13 @@ struct PostgresBackend::Impl {
     [[nodiscard]] bool lease_kept() const noexcept { return !pid_bound && handoff != std::chrono::nanoseconds::zero(); }
   };
   std::map<std::int64_t, QueuedHere> queued_here;
+  // The entry of place `ticket`, made if new. Places left without a dequeue
+  // or a try would pile up: at 256 the book starts over, and a wait that
+  // finds its entry gone treats the place as one it did not take.
+  QueuedHere& queued_entry(std::int64_t ticket) {
+    if (queued_here.size() >= 256 && !queued_here.contains(ticket)) queued_here.clear();
+    return queued_here[ticket];
+  }
   // This backend has campaigned (an election's): its waits prepare the
   // election's queued try and release instead of the mutex's.
   bool campaigns = false;

@@ -106,8 +106,7 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
 // ran on the I/O thread's backend, so the entry may be new here.
 template <class Impl>
 void watch_the_head(Impl& impl, std::int64_t ticket, const std::string& head_handoff_ms) {
-  if (impl.queued_here.size() >= 256 && !impl.queued_here.contains(ticket)) impl.queued_here.clear();
-  auto& here = impl.queued_here[ticket];
+  auto& here = impl.queued_entry(ticket);
   std::optional<std::chrono::milliseconds> head_handoff;
   if (!head_handoff_ms.empty()) head_handoff = std::chrono::milliseconds(std::stoll(head_handoff_ms));
   here.near = true;

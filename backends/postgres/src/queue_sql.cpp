@@ -58,6 +58,17 @@ std::string head_ctes(const std::string& q, const std::string& who_lives, const 
 // The head's handoff deadline in milliseconds, as the runner-up reads it.
 constexpr std::string_view head_handoff_ms = "(SELECT ceil(handoff_s * 1000)::bigint FROM head)";
 
+// off: the place the lock row is offered to, if it is an offer (matched to
+// `cur` by fence, token and instance): its ticket, whether the offer lapsed
+// (its waiter died, or let its handoff deadline pass), and how long it may
+// still stand in ms, which a runner-up no NOTIFY named waits for.
+std::string offer_cte(const std::string& q) {
+  return " off AS (SELECT q.ticket, (q.offered_until < now() OR NOT " + alive("q") + ") AS lapsed,"
+         " ceil(extract(epoch FROM (q.offered_until - now())) * 1000)::bigint AS left_ms FROM " + q + " AS q"
+         " JOIN cur ON cur.fence = q.offered_fence AND cur.token = q.waiter_token AND cur.instance_id = q.instance_id"
+         " WHERE q.lock_name = $1),";
+}
+
 // 'o:<fence>:<head>:<runner-up or 0>:<the head's handoff deadline, ms>',
 // the offer's payload: the runner-up looks when that deadline has passed.
 std::string offer_payload(const std::string& fence) {
@@ -167,10 +178,8 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
       " conf_out AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND EXISTS (SELECT 1 FROM conf) RETURNING 1),"
       " queued_here AS (SELECT 1 FROM me WHERE me.offered_fence IS NULL AND NOT EXISTS (SELECT 1 FROM mine_now)),"
       " lost AS (SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM mine_now) AND NOT EXISTS (SELECT 1 FROM queued_here)),"
-      " lost_out AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND EXISTS (SELECT 1 FROM lost) RETURNING 1),"
-      " off AS (SELECT q.ticket, (q.offered_until < now() OR NOT " + alive("q") + ") AS lapsed FROM " + q + " AS q"
-      " JOIN cur ON cur.fence = q.offered_fence AND cur.token = q.waiter_token AND cur.instance_id = q.instance_id"
-      " WHERE q.lock_name = $1)," + grace_ctes(table) +
+      " lost_out AS (DELETE FROM " + q + " AS q WHERE " + ours + " AND EXISTS (SELECT 1 FROM lost) RETURNING 1)," +
+      offer_cte(q) + grace_ctes(table) +
       " avail AS (SELECT 1 FROM queued_here WHERE NOT " + std::string(in_grace) +
       " AND (NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
       " OR coalesce((SELECT lapsed FROM off), false)))," +
@@ -207,9 +216,8 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
       // A probe that fired before the offer lapsed (an earlier pgmutex's
       // payload has no deadline), or a NOTIFY lost with a connection, would
       // otherwise leave the runner-up to its stale threshold.
-      " watch AS (SELECT ceil(extract(epoch FROM (o.offered_until - now())) * 1000)::bigint AS left_ms"
-      " FROM " + q + " AS o JOIN off ON off.ticket = o.ticket AND NOT off.lapsed"
-      " WHERE o.lock_name = $1 AND EXISTS (SELECT 1 FROM queued_here) AND NOT EXISTS (SELECT 1 FROM avail)"
+      " watch AS (SELECT left_ms FROM off WHERE NOT off.lapsed"
+      " AND EXISTS (SELECT 1 FROM queued_here) AND NOT EXISTS (SELECT 1 FROM avail)"
       " AND NOT EXISTS (SELECT 1 FROM " + q + " AS a WHERE a.lock_name = $1 AND a.offered_fence IS NULL"
       " AND a.ticket < $10 AND " + alive("a") + ")),"
       " rejoin AS (UPDATE " + q + " AS q SET last_seen = now(),"
@@ -277,7 +285,7 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
       "pgmutex_enqueue",
       "WITH " + std::string(procs_cte) + ","
       " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id, " + std::string(stale_condition) +
-      " AS stale FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
+      " AS stale FROM " + t + " WHERE locked = 1 AND lock_name = $1)," + offer_cte(q) +
       " ins AS (INSERT INTO " + q + " AS q (lock_name, waiter_token, instance_id, waiter_pid, waiter_started, lease_s,"
       " stale_s, handoff_s, holder_host, holder_pid, holder_command)"
       " SELECT $1, $4::bigint, $2, me.pid, (SELECT p.started FROM procs AS p WHERE p.pid = me.pid),"
@@ -286,15 +294,12 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
       " RETURNING q.ticket, q.waiter_pid)"
       " SELECT ins.ticket, (SELECT count(*) FROM " + q + " AS a WHERE a.lock_name = $1),"
       " NOT EXISTS (SELECT 1 FROM cur) OR coalesce((SELECT stale FROM cur), false)"
-      " OR EXISTS (SELECT 1 FROM " + q + " AS q, cur WHERE q.lock_name = $1 AND q.offered_fence = cur.fence"
-      " AND q.waiter_token = cur.token AND (q.offered_until < now() OR NOT " + alive("q") + ")),"
+      " OR coalesce((SELECT lapsed FROM off), false),"
       " ins.waiter_pid IS NOT NULL,"
       // An offer that stands with nobody live in line before us: we join
       // as its runner-up, whom no NOTIFY names: how long it may still stand
       // (ms), so that we look when it lapses (the queued try's watch).
-      " (SELECT ceil(extract(epoch FROM (o.offered_until - now())) * 1000)::bigint FROM " + q + " AS o, cur"
-      " WHERE o.lock_name = $1 AND o.offered_fence = cur.fence AND o.waiter_token = cur.token"
-      " AND o.instance_id = cur.instance_id AND o.offered_until >= now() AND " + alive("o") + " AND NOT EXISTS (SELECT 1 FROM " + q + " AS a"
+      " (SELECT left_ms FROM off WHERE NOT off.lapsed AND NOT EXISTS (SELECT 1 FROM " + q + " AS a"
       " WHERE a.lock_name = $1 AND a.offered_fence IS NULL AND " + alive("a") + "))"
       " FROM ins"};
 

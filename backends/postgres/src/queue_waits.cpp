@@ -93,8 +93,7 @@ Result<QueuePlace> PostgresBackend::enqueue(const AcquireRequest& request,
         place.ticket = std::stoll(rows->text(0, 0));
         place.ahead = std::stoll(rows->text(0, 1));
         place.try_now = rows->text(0, 2) == "t";
-        if (impl_->queued_here.size() >= 256) impl_->queued_here.clear();  // places left without a dequeue
-        auto& here = impl_->queued_here[place.ticket];
+        auto& here = impl_->queued_entry(place.ticket);
         here.pid_bound = listens && rows->text(0, 3) == "t";
         here.channel_pid = here.pid_bound ? own_pid : 0;
         here.near = place.ahead <= 1;
@@ -263,8 +262,7 @@ void SharedAccess::offered(PostgresBackend& backend, std::int64_t ticket) noexce
   // entry may be new here; the try that confirms (or finds the place lost)
   // erases it.
   try {
-    if (backend.impl_->queued_here.size() >= 256) backend.impl_->queued_here.clear();  // places left without a try
-    backend.impl_->queued_here[ticket].offered = true;
+    backend.impl_->queued_entry(ticket).offered = true;
   } catch (...) {  // out of memory: the whole queued try confirms as well
   }
 }
