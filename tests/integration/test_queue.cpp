@@ -691,10 +691,20 @@ struct FrozenHead {
       : child(queue_child(table, "frozen", 20, 60000, handoff_ms, 30000)) {
     ::kill(child.pid, SIGSTOP);
   }
+  FrozenHead(const FrozenHead&) = delete;
+  FrozenHead& operator=(const FrozenHead&) = delete;
+  // A test that failed before thaw(): a stopped child would keep the
+  // test's output open, and meson waiting, until its timeout.
+  ~FrozenHead() {
+    if (child.pid <= 0) return;
+    ::kill(child.pid, SIGKILL);
+    (void)wait_child(child);
+  }
   void thaw(Fence after) {
     ::kill(child.pid, SIGCONT);
     CHECK(fence_of(read_line(child, 60s)) > after);  // it queued again
     CHECK(wait_child(child) == 0);
+    child.pid = -1;
   }
 };
 
@@ -733,6 +743,30 @@ TEST_CASE("a waiter that joins the line while an offer stands to a frozen head t
   // and it looks then, not at its 60 s stale or 30 s alert threshold (past
   // its 15 s timeout), nor at the offered row's 30 s.
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > holder.fence);
+  frozen.thaw(next_fence);
+  CHECK(wait_child(next) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a runner-up that leaves while a frozen head's offer stands names the next waiter, who takes over when "
+          "the offer lapses",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_runner_up_leaves");
+  Holder holder(table);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
+  Child leaving = queue_child(table, "leaving", 20, 3000, 1000, 60000);  // gives up after 3 s
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  holder.release();  // offered to the frozen head, naming `leaving` the runner-up
+  CHECK(holder_of(table) == "frozen");
+  // `leaving` times out before the offer lapses; its dequeue names `next`
+  // the runner-up, with the ms the offer may still stand. Untold, `next`
+  // would look at its net look (its 60 s stale threshold) or its 30 s
+  // alert, past its 15 s timeout.
+  CHECK(read_line(leaving, 60s) == "not-acquired");
+  CHECK(wait_child(leaving) == 1);
+  CHECK(holder_of(table) == "frozen");
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence);
   frozen.thaw(next_fence);
@@ -1034,6 +1068,34 @@ TEST_CASE("a SessionMutex waiter that joins the line while an offer stands to a 
   });
   REQUIRE(eventually([&] { return queued(table) == 2; }));  // in line behind the standing offer
   CHECK(holder_of(table) == "frozen");
+  waiter.join();
+  CHECK(fence > holder.fence);
+  frozen.thaw(holder.fence);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a SessionMutex behind a runner-up that leaves while a frozen head's offer stands takes over when the "
+          "offer lapses",
+          "[queue][session][frozen]") {
+  const std::string table = fresh_table("queue_session_runner_up_leaves");
+  Holder holder(table);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
+  Child leaving = queue_child(table, "leaving", 20, 3000, 1000, 60000);  // gives up after 3 s
+  const auto session = Session::create("");
+  SessionMutex late(session->backend(), late_joiner_options(table));
+  Fence fence = 0;
+  std::jthread waiter([&] {
+    auto guard = late.acquire(20s);
+    if (guard) fence = guard.fence();
+  });
+  REQUIRE(eventually([&] { return queued(table) == 3; }));
+  holder.release();  // offered to the frozen head, naming `leaving` the runner-up
+  CHECK(holder_of(table) == "frozen");
+  // The dequeue's payload on the lock's channel, where the Session listens,
+  // names its waiter the runner-up; untold, it would wait for its 40 s alert
+  // threshold, past its 20 s timeout.
+  CHECK(read_line(leaving, 60s) == "not-acquired");
+  CHECK(wait_child(leaving) == 1);
   waiter.join();
   CHECK(fence > holder.fence);
   frozen.thaw(holder.fence);

@@ -304,12 +304,32 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
       " FROM ins"};
 
   // D: a place with no offer goes; an offered one is reported (its fence),
-  // and the caller passes the offer on with the release.
+  // and the caller passes the offer on with the release. A place that goes
+  // while an offer to a waiter ahead of it stands, with no live waiter
+  // between them, was that offer's runner-up, the one waiter who looks when
+  // the offer lapses (a frozen head): the next live waiter behind it is told
+  // instead, in an offer's payload naming it the runner-up, with the ms the
+  // offer may still stand (0 if it lapsed: its head died). Otherwise the
+  // line waited for its net look (its stale threshold) behind a frozen head.
+  // The third column (the NOTIFYs sent) is not read.
+  const std::string before_us = "q.lock_name = $1 AND q.ticket < $2 AND q.offered_fence IS NULL AND " + alive("q");
+  const std::string lock_channel = channel_sql(table, "$4");
   s.dequeue = {"pgmutex_dequeue",
-               "WITH d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint"
-               " AND offered_fence IS NULL RETURNING ticket)"
+               "WITH " + std::string(procs_cte) + ","
+               " d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint"
+               " AND offered_fence IS NULL RETURNING ticket),"
+               " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id FROM " + t +
+               " WHERE locked = 1 AND lock_name = $1)," + offer_cte(q) +
+               " watched AS (SELECT off.* FROM off WHERE off.ticket < $2 AND EXISTS (SELECT 1 FROM d)"
+               " AND NOT EXISTS (SELECT 1 FROM " + q + " AS q WHERE " + before_us + ")),"
+               " heir AS (SELECT q.ticket, q.waiter_pid FROM " + q + " AS q, watched WHERE q.lock_name = $1"
+               " AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q") + " ORDER BY q.ticket LIMIT 1)"
                " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
-               " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint)"};
+               " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint),"
+               " (SELECT count(pg_notify(n.ch, 'o:' || (SELECT fence FROM cur) || ':' || w.ticket || ':' ||"
+               " heir.ticket || ':' || CASE WHEN w.lapsed THEN 0 ELSE greatest(w.left_ms, 0) END))"
+               " FROM watched AS w, heir, (SELECT " + lock_channel + " AS ch UNION ALL SELECT " + lock_channel +
+               " || '_' || heir.waiter_pid FROM heir WHERE heir.waiter_pid IS NOT NULL) AS n)"};
 
   // S: what `pgmutex status` shows of the queues.
   s.list_queue = {"pgmutex_list_queue",

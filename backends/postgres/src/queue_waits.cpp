@@ -114,8 +114,9 @@ Result<void> PostgresBackend::dequeue(const AcquireRequest& request, std::int64_
       request.lock.table, "leave the queue of " + lock_context(request.lock), Effect::idempotent_write, request.timeout,
       [&](Session& session, const Bound& bound, const TableStatements& st) -> Outcome<void> {
         impl_->queued_here.erase(ticket);
+        // The lock's hash names its channel: a runner-up that leaves tells the next waiter.
         const std::vector<std::string> key{std::string(request.lock.lock_name), std::to_string(ticket),
-                                           token_param(request.token)};
+                                           token_param(request.token), lock_hash(request.lock.lock_name)};
         std::optional<std::string> offered;
         // Twice at most: a release that offered us the lock while the first
         // ran may leave it reading neither "left" nor "offered".
