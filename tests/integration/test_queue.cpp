@@ -485,9 +485,16 @@ long long blocked_one(long long holder, long long besides) {
   return rows.size() == 1 ? rows[0][0].as<long long>() : 0;
 }
 
-TEST_CASE("a release whose sweep meets a place held by a queued try that waited for the insert of the row it "
-          "releases: neither waits for the other",
+// The sweeper: a release of the row, or a queued try that takes the row
+// over (stale) and offers it to the head; either sweeps the places ahead of
+// the head, and one such place is held by a queued try that waits for a
+// place the sweeper holds.
+TEST_CASE("a sweep (a release's, a takeover's) that meets a place held by a queued try that waited for the insert of "
+          "the row: neither waits for the other",
           "[queue][race]") {
+  bool takeover = false;
+  SECTION("the holder's release") {}
+  SECTION("a queued try that takes the row over, stale") { takeover = true; }
   const std::string table = fresh_table("queue_sweep_cycle");
   const std::string q = table + "_queue";
   const std::string lock = "job", t_id = "stale", head_id = "head", next_id = "next";  // the requests' views point here
@@ -512,8 +519,8 @@ TEST_CASE("a release whose sweep meets a place held by a queued try that waited 
   admin("UPDATE " + q + " SET waiter_pid = 2147483647 WHERE ticket = " + p_s);
   // Threads and their outcomes outlive the sessions whose locks they wait on (declared first).
   std::optional<Result<AcquireResult>> tried;
-  std::optional<Result<void>> released;
-  std::jthread try_thread, release_thread;
+  std::optional<std::string> swept;  // empty: done, and took nothing itself
+  std::jthread try_thread, sweep_thread;
   // A plain try's insert of the lock's row, its advisory lock taken, left
   // open. With live waiters queued a plain try inserts nothing: this stands
   // for the inserts that can run then (another waiter's queued try granting
@@ -522,9 +529,10 @@ TEST_CASE("a release whose sweep meets a place held by a queued try that waited 
   pqxx::work inserter(inserter_connection);
   inserter.exec("SELECT pg_advisory_xact_lock(((('\"" + table + "\"')::regclass)::oid::bigint << 32)"
                 " | (hashtext('" + lock + "')::bigint & 4294967295))");
+  const std::string beat = takeover ? "now() - interval '1 hour'" : "now()";
   const Fence fence = inserter.exec1("INSERT INTO " + table + " (lock_name, locked, instance_id, last_heartbeat,"
-                                     " acquired_at, grant_token, holder_stale_s) VALUES ('" + lock +
-                                     "', 1, 'holder', now(), now(), 99, 60) RETURNING fence")[0].as<Fence>();
+                                     " acquired_at, grant_token, holder_stale_s) VALUES ('" + lock + "', 1, 'holder', " +
+                                     beat + ", now(), 99, 60) RETURNING fence")[0].as<Fence>();
   // P_s held by another session: it pauses the try between the advisory lock and the places.
   pqxx::connection b0_connection(""), b_connection("");
   pqxx::work b0(b0_connection), b(b_connection);
@@ -535,23 +543,29 @@ TEST_CASE("a release whose sweep meets a place held by a queued try that waited 
   b.exec("SELECT 1 FROM " + q + " WHERE ticket = " + p_r + " FOR UPDATE");
   inserter.commit();  // the try now holds the advisory lock and a snapshot without the row
   REQUIRE(eventually([&] { return blocked_by(t_pid, b0_connection.backendpid()); }));
-  release_thread = std::jthread([&, fence] {  // fence by value: declared after the thread
-    released = PostgresBackend("").release(HolderKey{LockRef{table, lock}, "holder", fence, 99, 60s});
+  sweep_thread = std::jthread([&, fence] {  // fence by value: declared after the thread
+    if (takeover) {
+      const auto took = next_backend.try_acquire(next_request);  // P_r's own try: the row is stale
+      swept = !took ? took.error().message() : took->acquired ? "acquired" : "";
+    } else {
+      const auto released = PostgresBackend("").release(HolderKey{LockRef{table, lock}, "holder", fence, 99, 60s});
+      swept = released ? "" : released.error().message();
+    }
   });
-  // The release holds the lock row and P_h (P_s is dead to it) and waits for P_r.
-  long long release_pid = 0;
-  REQUIRE(eventually([&] { return (release_pid = blocked_one(b_connection.backendpid(), t_pid)) != 0; }));
-  b0.commit();  // the try locks P_s and waits for P_h, the release's head
-  REQUIRE(eventually([&] { return blocked_by(t_pid, release_pid); }));
-  b.commit();  // the release offers to P_h and sweeps: before, it waited for P_s, held by the try (40P01 after 1 s)
+  // The sweeper holds the lock row and P_h (P_s is dead to it) and waits for P_r.
+  long long sweeper_pid = 0;
+  REQUIRE(eventually([&] { return (sweeper_pid = blocked_one(b_connection.backendpid(), t_pid)) != 0; }));
+  b0.commit();  // the try locks P_s and waits for P_h, the sweeper's head
+  REQUIRE(eventually([&] { return blocked_by(t_pid, sweeper_pid); }));
+  b.commit();  // the sweeper offers to P_h and sweeps: before, it waited for P_s, held by the try (40P01 after 1 s)
   try_thread.join();
-  release_thread.join();
+  sweep_thread.join();
   REQUIRE(tried);
-  REQUIRE(released);
+  REQUIRE(swept);
   INFO("try: " << (*tried ? std::string("ok") : tried->error().message()));
-  INFO("release: " << (*released ? std::string("ok") : released->error().message()));
+  INFO((takeover ? "takeover: " : "release: ") << *swept);
   REQUIRE(*tried);
-  REQUIRE(*released);
+  REQUIRE(swept->empty());
   CHECK_FALSE((*tried)->acquired);
   CHECK(holder_of(table) == head_id);  // offered to the head
   // P_s, which the sweep left, is re-attached by its try: still in line, first.
