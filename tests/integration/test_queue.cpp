@@ -722,6 +722,58 @@ struct FrozenHead {
   }
 };
 
+// A waiter of this process, on a connection of its own, that the test makes
+// leave the line (a stop token: its dequeue) when it chooses, with no early
+// look of its own (60 s stale threshold, 30 s alert). Its thresholds are
+// 60 s and 30 s; what it sent and heard is read by the test.
+struct LeavingWaiter {
+  pgmutex::Mutex mutex;
+  std::stop_source stop;
+  std::atomic<bool> cancelled{false};
+  std::jthread thread;
+  explicit LeavingWaiter(const std::string& table, const std::string& instance = "leaving")
+      : mutex(PostgresBackend(""), leaving_options(table, instance)) {
+    const long long before = queued(table);
+    thread = std::jthread([this] {
+      auto guard = mutex.acquire(pgmutex::nothrow, std::chrono::nanoseconds(60s), stop.get_token());
+      cancelled = guard && !*guard && guard->why() == Errc::cancelled;
+    });
+    REQUIRE(eventually([&] { return queued(table) == before + 1; }));
+  }
+  // Leaves the line: its wait ends cancelled, not granted.
+  void leave() {
+    stop.request_stop();
+    thread.join();
+    CHECK(cancelled.load());
+  }
+  static Options leaving_options(const std::string& table, const std::string& instance) {
+    Options o = options(table, "job", instance);
+    o.stale_threshold = 60s;
+    o.alert_threshold = 30s;
+    o.handoff_deadline = 1s;
+    return o;
+  }
+};
+
+// Whether a payload heard on the lock's channel names `runner_up` behind `head`.
+bool names_runner_up(const std::vector<std::pair<std::string, std::string>>& heard, long long head,
+                     long long runner_up) {
+  return std::any_of(heard.begin(), heard.end(), [&](const auto& note) {
+    const auto offer = pgmutex::postgres_detail::offer_of(note.second);
+    return offer && offer->head == head && offer->runner_up == runner_up && offer->head_handoff &&
+           *offer->head_handoff > 0ms;
+  });
+}
+
+std::string lock_channel_of(const std::string& table) {
+  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
+  return pgmutex::postgres_detail::release_channel(std::to_string(oid), "job");
+}
+
+long long ticket_of(const std::string& table, const std::string& instance) {
+  return scalar("SELECT ticket FROM " + table + "_queue WHERE instance_id = '" + instance + "'");
+}
+
 }  // namespace
 
 TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over after that head's handoff deadline",
@@ -770,20 +822,56 @@ TEST_CASE("a runner-up that leaves while a frozen head's offer stands names the 
   const std::string table = fresh_table("queue_runner_up_leaves");
   Holder holder(table);
   FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
-  Child leaving = queue_child(table, "leaving", 20, 3000, 1000, 60000);  // gives up after 3 s
+  LeavingWaiter leaving(table);
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  Listener listener;
+  listener.listen(lock_channel_of(table));
   holder.release();  // offered to the frozen head, naming `leaving` the runner-up
   CHECK(holder_of(table) == "frozen");
-  // `leaving` times out before the offer lapses; its dequeue names `next`
-  // the runner-up, with the ms the offer may still stand. Untold, `next`
-  // would look at its net look (its 60 s stale threshold) or its 30 s
-  // alert, past its 15 s timeout.
-  CHECK(read_line(leaving, 60s) == "not-acquired");
-  CHECK(wait_child(leaving) == 1);
+  const long long head = ticket_of(table, "frozen");
+  CHECK(names_runner_up(listener.heard(1, 5s), head, ticket_of(table, "leaving")));
+  // `leaving` goes before the offer lapses; its dequeue names `next` the
+  // runner-up, with the ms the offer may still stand. Untold, `next` would
+  // look at its net look (its 60 s stale threshold) or its 30 s alert,
+  // past its 15 s timeout.
+  const long long next_ticket = ticket_of(table, "next");
+  leaving.leave();
+  CHECK(names_runner_up(listener.heard(1, 5s), head, next_ticket));
   CHECK(holder_of(table) == "frozen");
   const long long next_fence = fence_of(read_line(next, 60s));
   CHECK(next_fence > holder.fence);
   frozen.thaw(next_fence);
+  CHECK(wait_child(next) == 0);
+  CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a runner-up that leaves as the waiter behind it leaves too names the next waiter still in line",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_two_leave");
+  Holder holder(table);
+  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
+  LeavingWaiter leaving(table);
+  LeavingWaiter also_leaving(table, "also-leaving");
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  Listener listener;
+  listener.listen(lock_channel_of(table));
+  holder.release();  // offered to the frozen head, naming `leaving` the runner-up
+  const long long head = ticket_of(table, "frozen");
+  REQUIRE(names_runner_up(listener.heard(1, 5s), head, ticket_of(table, "leaving")));
+  const long long also_ticket = ticket_of(table, "also-leaving"), next_ticket = ticket_of(table, "next");
+  // The place behind it as its own dequeue holds it, uncommitted: the
+  // leaving runner-up's snapshot still sees it live, and would name it.
+  pqxx::connection other_connection("");
+  pqxx::work other(other_connection);
+  other.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(also_ticket));
+  leaving.leave();
+  const auto heard = listener.heard(1, 5s);
+  CHECK(names_runner_up(heard, head, next_ticket));
+  CHECK_FALSE(names_runner_up(heard, head, also_ticket));
+  other.abort();
+  also_leaving.leave();
+  frozen.thaw(holder.fence);  // its offer still stood: it confirms, then `next` follows
+  CHECK(fence_of(read_line(next, 60s)) > holder.fence);
   CHECK(wait_child(next) == 0);
   CHECK(queued(table) == 0);
 }
@@ -1094,7 +1182,7 @@ TEST_CASE("a SessionMutex behind a runner-up that leaves while a frozen head's o
   const std::string table = fresh_table("queue_session_runner_up_leaves");
   Holder holder(table);
   FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
-  Child leaving = queue_child(table, "leaving", 20, 3000, 1000, 60000);  // gives up after 3 s
+  LeavingWaiter leaving(table);
   const auto session = Session::create("");
   SessionMutex late(session->backend(), late_joiner_options(table));
   Fence fence = 0;
@@ -1108,8 +1196,7 @@ TEST_CASE("a SessionMutex behind a runner-up that leaves while a frozen head's o
   // The dequeue's payload on the lock's channel, where the Session listens,
   // names its waiter the runner-up; untold, it would wait for its 40 s alert
   // threshold, past its 20 s timeout.
-  CHECK(read_line(leaving, 60s) == "not-acquired");
-  CHECK(wait_child(leaving) == 1);
+  leaving.leave();
   waiter.join();
   CHECK(fence > holder.fence);
   frozen.thaw(holder.fence);

@@ -51,7 +51,9 @@ inline std::chrono::steady_clock::time_point unwoken_look(std::chrono::steady_cl
 
 // 'o:<fence>:<head>:<runner-up>:<head's handoff ms>', a release's offer (or
 // a queued try's), read into its two tickets and the head's handoff
-// deadline; a payload of an earlier version has no deadline.
+// deadline; a payload of an earlier version has no deadline. A runner-up's
+// dequeue sends the same form naming the next waiter, its last number the
+// ms the offer may still stand: a runner-up waits as long after either.
 struct Offer {
   std::int64_t head = 0;
   std::int64_t runner_up = 0;

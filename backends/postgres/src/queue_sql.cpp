@@ -13,7 +13,9 @@
 // place another statement holds (FOR UPDATE SKIP LOCKED: it is garbage, left
 // for the next sweep) and never wait for one. Before, such a release and
 // such a try could each wait for the other until Postgres ended one after
-// deadlock_timeout (40P01). Left: a rejoin writes the caller's own place
+// deadlock_timeout (40P01). The dequeue is the exception to the order: it
+// deletes its own place without the lock row, and waits for nothing after
+// (it reads the lock row unlocked, and the place it names SKIP LOCKED). Left: a rejoin writes the caller's own place
 // last; a cycle through two rejoins is not known to be reachable, and
 // Postgres would end it the same way (the caller retries).
 //
@@ -309,8 +311,16 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // between them, was that offer's runner-up, the one waiter who looks when
   // the offer lapses (a frozen head): the next live waiter behind it is told
   // instead, in an offer's payload naming it the runner-up, with the ms the
-  // offer may still stand (0 if it lapsed: its head died). Otherwise the
-  // line waited for its net look (its stale threshold) behind a frozen head.
+  // offer may still stand (0 if it lapsed: its head died, or its deadline
+  // passed). Otherwise the line waited for its net look (its stale
+  // threshold) behind a frozen head. A place another statement holds is not
+  // named (SKIP LOCKED): one whose own dequeue runs (two waiters leaving at
+  // once would name each other, and the next one be told by neither), or
+  // one a release or queued try holds, which makes an offer of its own. The
+  // dequeue locks no row before its place and waits for none after it: it
+  // reads the lock row without locking it. Left: a release that locks our
+  // place as its runner-up while the dequeue waits for it commits an offer
+  // our snapshot does not see, so nobody is told (the net look, as before).
   // The third column (the NOTIFYs sent) is not read.
   const std::string before_us = "q.lock_name = $1 AND q.ticket < $2 AND q.offered_fence IS NULL AND " + alive("q");
   const std::string lock_channel = channel_sql(table, "$4");
@@ -323,7 +333,8 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
                " watched AS (SELECT off.* FROM off WHERE off.ticket < $2 AND EXISTS (SELECT 1 FROM d)"
                " AND NOT EXISTS (SELECT 1 FROM " + q + " AS q WHERE " + before_us + ")),"
                " heir AS (SELECT q.ticket, q.waiter_pid FROM " + q + " AS q, watched WHERE q.lock_name = $1"
-               " AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q") + " ORDER BY q.ticket LIMIT 1)"
+               " AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q") +
+               " ORDER BY q.ticket LIMIT 1 FOR KEY SHARE OF q SKIP LOCKED)"
                " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
                " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint),"
                " (SELECT count(pg_notify(n.ch, 'o:' || (SELECT fence FROM cur) || ':' || w.ticket || ':' ||"
