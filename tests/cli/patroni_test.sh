@@ -64,6 +64,20 @@ record END
 SCRIPT
 chmod +x "$WORK/fenced"
 
+# killed LOG WHO: after pgmutex run returned. A command SIGKILLed (--grace
+# after its SIGTERM) before its TERM trap logged LOST, as when the machine
+# starves it as it starved pgmutex (CI's load did: "pgmutex sent no lease
+# renewal in time"), left its GRANT open, a belief the checker would run to
+# the end of the logs. pgmutex run reaps its command and the command's
+# children before it returns: the belief ended by now (KILLED), at the latest.
+killed() {
+  local last t=$EPOCHREALTIME lock fence
+  last=$(grep " $2\$" "$1" | tail -n 1)
+  [[ $last == *" GRANT "* ]] || return 0
+  read -r _ _ lock fence _ <<<"$last"
+  echo "${t/./} KILLED $lock $fence $2" >>"$1"
+}
+
 run_loop() {  # run_loop ROUTE DSN N
   local route=$1 dsn=$2 n=$3 rc work=0.3
   ((n % 2 == 0)) && work=8
@@ -72,6 +86,7 @@ run_loop() {  # run_loop ROUTE DSN N
       --heartbeat-interval 1 --alert-threshold 3 --stale-threshold "$STALE" --grace 1 -q \
       -- "$WORK/fenced" "$LOGS/run-$route.log" "run-$route-$n" "$work" 2>>"$LOGS/run-$route-$n.err"
     rc=$?
+    killed "$LOGS/run-$route.log" "run-$route-$n"
     echo "$(now_ms) $rc" >>"$LOGS/run-$route.codes"
     [[ $rc -eq 0 ]] || sleep 0.2
   done

@@ -11,10 +11,13 @@ the CLI scenario's fenced command write it:
     GRANT  WHO believes it holds LOCK under FENCE from here on
     END    WHO stops believing (it is about to release)
     LOST   WHO learned that its lease is lost (it stops believing)
+    KILLED WHO was killed before it could say LOST or END (a command that
+           SIGKILL ended): it believed no longer, at the latest; written by
+           the one who reaped it, counted apart
     ERROR  an acquire failed (ignored here, counted)
 
-A belief runs from a GRANT to its holder's next END or LOST for that lock and
-fence; one with neither runs to the end of the logs. Per lock, it plays a
+A belief runs from a GRANT to its holder's next END, LOST or KILLED for that
+lock and fence; one with none runs to the end of the logs. Per lock, it plays a
 fenced resource that accepts a fence only above every fence it accepted, and
 checks:
   1. no lower fence comes after a higher one on the same timeline; one from a
@@ -66,7 +69,7 @@ def beliefs_of(events):
             belief = [t, None, fence, who, None]
             per_lock[lock].append(belief)
             open_beliefs[(lock, fence, who)] = belief
-        elif event in ("END", "LOST"):
+        elif event in ("END", "LOST", "KILLED"):
             belief = open_beliefs.pop((lock, fence, who), None)
             if belief is not None:
                 belief[1], belief[4] = t, event
@@ -138,9 +141,11 @@ def main():
                                      after[3], after[2], after[0], (end - after[0]) / 1e6))
     grants = sum(len(b) for b in per_lock.values())
     losses = sum(1 for e in events if e[1] == "LOST")
+    killed = sum(1 for e in events if e[1] == "KILLED")
     errors = sum(1 for e in events if e[1] == "ERROR")
-    print("check_holds: %d locks, %d grants, %d losses learned, %d acquire errors, %d grants of a former primary "
-          "fenced out, %d violations" % (len(per_lock), grants, losses, errors, len(fenced_out), len(violations)))
+    print("check_holds: %d locks, %d grants, %d losses learned, %d holders killed before they could say so, "
+          "%d acquire errors, %d grants of a former primary fenced out, %d violations"
+          % (len(per_lock), grants, losses, killed, errors, len(fenced_out), len(violations)))
     for f in fenced_out[:10]:
         print("  FENCED OUT " + f)
     for v in violations[:20]:
