@@ -696,6 +696,29 @@ Options late_joiner_options(const std::string& table) {
   return o;
 }
 
+// A SessionMutex "late" on a Session of its own (late_joiner_options) that
+// waits 20 s at most in a thread of this process, once `queued_before`
+// waiters are in line; fence(): its grant's fence when the wait ended (0:
+// not granted).
+struct LateSessionWaiter {
+  std::shared_ptr<Session> session;
+  SessionMutex mutex;
+  Fence granted = 0;
+  std::jthread thread;
+  LateSessionWaiter(const std::string& table, long long queued_before)
+      : session(Session::create("")), mutex(session->backend(), late_joiner_options(table)) {
+    thread = std::jthread([this] {
+      auto guard = mutex.acquire(20s);
+      if (guard) granted = guard.fence();
+    });
+    REQUIRE(eventually([&] { return queued(table) == queued_before + 1; }));
+  }
+  Fence fence() {
+    thread.join();
+    return granted;
+  }
+};
+
 // A head in line (30 s stale threshold) that takes `handoff_ms` to confirm
 // an offer, frozen (SIGSTOP) before one comes. thaw(): it finds its offer
 // lapsed, queues again, and is granted after the fence `after`.
@@ -774,6 +797,41 @@ long long ticket_of(const std::string& table, const std::string& instance) {
   return scalar("SELECT ticket FROM " + table + "_queue WHERE instance_id = '" + instance + "'");
 }
 
+// `next` is granted after `after`, once the frozen head's offer lapsed; the
+// head, thawed, queues again and follows; the line is empty at the end.
+void next_takes_over(Child& next, FrozenHead& frozen, const std::string& table, Fence after) {
+  const long long next_fence = fence_of(read_line(next, 60s));
+  CHECK(next_fence > after);
+  frozen.thaw(next_fence);
+  CHECK(wait_child(next) == 0);
+  CHECK(queued(table) == 0);
+}
+
+// A holder's release offers the lock to a frozen head (8 s to confirm),
+// naming `leaving` (a waiter of this process) the runner-up; behind it,
+// `also_leaving` if asked, then `next`, a child that gives up after 15 s
+// and would look on its own only at its 60 s stale or 30 s alert threshold.
+// The offers are heard on the lock's channel.
+struct LineBehindFrozenOffer {
+  Holder holder;
+  FrozenHead frozen;
+  LeavingWaiter leaving;
+  std::optional<LeavingWaiter> also_leaving;
+  Child next;
+  Listener listener;
+  long long head = 0;
+  LineBehindFrozenOffer(const std::string& table, bool two_leaving)
+      : holder(table), frozen(table, 8000), leaving(table) {
+    if (two_leaving) also_leaving.emplace(table, "also-leaving");
+    next = queue_child(table, "next", 20, 15000, 1000, 60000);
+    listener.listen(lock_channel_of(table));
+    holder.release();
+    CHECK(holder_of(table) == "frozen");
+    head = ticket_of(table, "frozen");
+    REQUIRE(names_runner_up(listener.heard(1, 5s), head, ticket_of(table, "leaving")));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over after that head's handoff deadline",
@@ -789,11 +847,7 @@ TEST_CASE("a waiter whose own try offered the lock to a frozen head takes over a
   // slept on) nor its 60 s stale or 30 s alert threshold (past its 15 s timeout).
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   CHECK(eventually([&] { return holder_of(table) == "frozen"; }));  // offered (by its try after the enqueue), not confirmed
-  const long long next_fence = fence_of(read_line(next, 60s));
-  CHECK(next_fence > holder.fence);
-  frozen.thaw(next_fence);
-  CHECK(wait_child(next) == 0);
-  CHECK(queued(table) == 0);
+  next_takes_over(next, frozen, table, holder.fence);
 }
 
 TEST_CASE("a waiter that joins the line while an offer stands to a frozen head takes over when the offer lapses",
@@ -809,70 +863,43 @@ TEST_CASE("a waiter that joins the line while an offer stands to a frozen head t
   // and it looks then, not at its 60 s stale or 30 s alert threshold (past
   // its 15 s timeout), nor at the offered row's 30 s.
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
-  const long long next_fence = fence_of(read_line(next, 60s));
-  CHECK(next_fence > holder.fence);
-  frozen.thaw(next_fence);
-  CHECK(wait_child(next) == 0);
-  CHECK(queued(table) == 0);
+  next_takes_over(next, frozen, table, holder.fence);
 }
 
 TEST_CASE("a runner-up that leaves while a frozen head's offer stands names the next waiter, who takes over when "
           "the offer lapses",
           "[queue][frozen]") {
   const std::string table = fresh_table("queue_runner_up_leaves");
-  Holder holder(table);
-  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
-  LeavingWaiter leaving(table);
-  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
-  Listener listener;
-  listener.listen(lock_channel_of(table));
-  holder.release();  // offered to the frozen head, naming `leaving` the runner-up
-  CHECK(holder_of(table) == "frozen");
-  const long long head = ticket_of(table, "frozen");
-  CHECK(names_runner_up(listener.heard(1, 5s), head, ticket_of(table, "leaving")));
+  LineBehindFrozenOffer line(table, false);
   // `leaving` goes before the offer lapses; its dequeue names `next` the
   // runner-up, with the ms the offer may still stand. Untold, `next` would
-  // look at its net look (its 60 s stale threshold) or its 30 s alert,
-  // past its 15 s timeout.
+  // wait past its timeout.
   const long long next_ticket = ticket_of(table, "next");
-  leaving.leave();
-  CHECK(names_runner_up(listener.heard(1, 5s), head, next_ticket));
+  line.leaving.leave();
+  CHECK(names_runner_up(line.listener.heard(1, 5s), line.head, next_ticket));
   CHECK(holder_of(table) == "frozen");
-  const long long next_fence = fence_of(read_line(next, 60s));
-  CHECK(next_fence > holder.fence);
-  frozen.thaw(next_fence);
-  CHECK(wait_child(next) == 0);
-  CHECK(queued(table) == 0);
+  next_takes_over(line.next, line.frozen, table, line.holder.fence);
 }
 
 TEST_CASE("a runner-up that leaves as the waiter behind it leaves too names the next waiter still in line",
           "[queue][frozen]") {
   const std::string table = fresh_table("queue_two_leave");
-  Holder holder(table);
-  FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
-  LeavingWaiter leaving(table);
-  LeavingWaiter also_leaving(table, "also-leaving");
-  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
-  Listener listener;
-  listener.listen(lock_channel_of(table));
-  holder.release();  // offered to the frozen head, naming `leaving` the runner-up
-  const long long head = ticket_of(table, "frozen");
-  REQUIRE(names_runner_up(listener.heard(1, 5s), head, ticket_of(table, "leaving")));
+  LineBehindFrozenOffer line(table, true);
   const long long also_ticket = ticket_of(table, "also-leaving"), next_ticket = ticket_of(table, "next");
   // The place behind it as its own dequeue holds it, uncommitted: the
   // leaving runner-up's snapshot still sees it live, and would name it.
   pqxx::connection other_connection("");
   pqxx::work other(other_connection);
   other.exec("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(also_ticket));
-  leaving.leave();
-  const auto heard = listener.heard(1, 5s);
-  CHECK(names_runner_up(heard, head, next_ticket));
-  CHECK_FALSE(names_runner_up(heard, head, also_ticket));
+  line.leaving.leave();
+  const auto heard = line.listener.heard(1, 5s);
+  CHECK(names_runner_up(heard, line.head, next_ticket));
+  CHECK_FALSE(names_runner_up(heard, line.head, also_ticket));
   other.abort();
-  also_leaving.leave();
-  frozen.thaw(holder.fence);  // its offer still stood: it confirms, then `next` follows
-  CHECK(fence_of(read_line(next, 60s)) > holder.fence);
-  CHECK(wait_child(next) == 0);
+  line.also_leaving->leave();
+  line.frozen.thaw(line.holder.fence);  // its offer still stood: it confirms, then `next` follows
+  CHECK(fence_of(read_line(line.next, 60s)) > line.holder.fence);
+  CHECK(wait_child(line.next) == 0);
   CHECK(queued(table) == 0);
 }
 
@@ -1161,17 +1188,9 @@ TEST_CASE("a SessionMutex waiter that joins the line while an offer stands to a 
   // The Session's enqueue (on its I/O thread) learns how long the offer may
   // still stand; its place's probe, not its 40 s alert threshold nor the
   // offered row's 30 s (both past its 20 s timeout), ends the wait.
-  const auto session = Session::create("");
-  SessionMutex late(session->backend(), late_joiner_options(table));
-  Fence fence = 0;
-  std::jthread waiter([&] {
-    auto guard = late.acquire(20s);
-    if (guard) fence = guard.fence();
-  });
-  REQUIRE(eventually([&] { return queued(table) == 2; }));  // in line behind the standing offer
+  LateSessionWaiter late(table, 1);  // in line behind the standing offer
   CHECK(holder_of(table) == "frozen");
-  waiter.join();
-  CHECK(fence > holder.fence);
+  CHECK(late.fence() > holder.fence);
   frozen.thaw(holder.fence);
   CHECK(queued(table) == 0);
 }
@@ -1183,22 +1202,14 @@ TEST_CASE("a SessionMutex behind a runner-up that leaves while a frozen head's o
   Holder holder(table);
   FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
   LeavingWaiter leaving(table);
-  const auto session = Session::create("");
-  SessionMutex late(session->backend(), late_joiner_options(table));
-  Fence fence = 0;
-  std::jthread waiter([&] {
-    auto guard = late.acquire(20s);
-    if (guard) fence = guard.fence();
-  });
-  REQUIRE(eventually([&] { return queued(table) == 3; }));
+  LateSessionWaiter late(table, 2);
   holder.release();  // offered to the frozen head, naming `leaving` the runner-up
   CHECK(holder_of(table) == "frozen");
   // The dequeue's payload on the lock's channel, where the Session listens,
   // names its waiter the runner-up; untold, it would wait for its 40 s alert
   // threshold, past its 20 s timeout.
   leaving.leave();
-  waiter.join();
-  CHECK(fence > holder.fence);
+  CHECK(late.fence() > holder.fence);
   frozen.thaw(holder.fence);
   CHECK(queued(table) == 0);
 }
@@ -1210,14 +1221,7 @@ TEST_CASE("a SessionMutex runner-up told of an offer without its deadline (an ea
   const std::string q = table + "_queue";
   Holder holder(table);
   FrozenHead frozen(table, 8000);  // 8 s to confirm an offer
-  const auto session = Session::create("");
-  SessionMutex next(session->backend(), late_joiner_options(table));
-  Fence fence = 0;
-  std::jthread waiter([&] {
-    auto guard = next.acquire(20s);
-    if (guard) fence = guard.fence();
-  });
-  REQUIRE(eventually([&] { return queued(table) == 2; }));
+  LateSessionWaiter late(table, 1);
   const std::string head = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'frozen'"));
   const std::string runner_up = std::to_string(scalar("SELECT ticket FROM " + q + " WHERE instance_id = 'late'"));
   // An earlier pgmutex's release on the lock's channel, where a Session's
@@ -1226,7 +1230,7 @@ TEST_CASE("a SessionMutex runner-up told of an offer without its deadline (an ea
   // place's probe is armed again from that answer (the waiter's thread).
   offer_as_an_earlier_pgmutex(table, head, runner_up, std::nullopt);
   CHECK(holder_of(table) == "frozen");
-  waiter.join();
+  const Fence fence = late.fence();
   CHECK(fence > holder.fence + 1);
   frozen.thaw(fence);
   CHECK(queued(table) == 0);
