@@ -669,19 +669,24 @@ namespace {
 // `head` for 8 s, and the payload without the head's deadline
 // ('o:<fence>:<head>:<runner-up>') on the runner-up's own channel (its
 // server pid `own_pid`), or on the lock's channel, where a Session listens.
+// A release's offer of lock 'job' to the place `head` (8 s to confirm), as
+// SQL: the lock row written over to its waiter, the place marked offered.
+std::string offer_by_hand(const std::string& table, const std::string& head) {
+  const std::string q = table + "_queue";
+  return "WITH g AS (UPDATE " + table + " AS t SET instance_id = q.instance_id,"
+         " fence = nextval('" + pgmutex::postgres_detail::sql_fence_sequence(table) + "'),"
+         " grant_token = q.waiter_token, holder_stale_s = q.stale_s, last_heartbeat = now(), acquired_at = now()"
+         " FROM " + q + " AS q WHERE t.lock_name = 'job' AND q.ticket = " + head + " RETURNING t.fence)"
+         " UPDATE " + q + " SET offered_fence = (SELECT fence FROM g), offered_until = now() + interval '8 s'"
+         " WHERE ticket = " + head;
+}
+
 void offer_as_an_earlier_pgmutex(const std::string& table, const std::string& head, const std::string& runner_up,
                                  std::optional<long long> own_pid) {
-  const std::string q = table + "_queue";
   const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
   std::string channel = pgmutex::postgres_detail::release_channel(std::to_string(oid), "job");
   if (own_pid) channel = pgmutex::postgres_detail::own_channel(channel, static_cast<int>(*own_pid));
-  admin("WITH g AS (UPDATE " + table + " AS t SET instance_id = q.instance_id,"
-        " fence = nextval('" + pgmutex::postgres_detail::sql_fence_sequence(table) + "'),"
-        " grant_token = q.waiter_token, holder_stale_s = q.stale_s, last_heartbeat = now(), acquired_at = now()"
-        " FROM " + q + " AS q WHERE t.lock_name = 'job' AND q.ticket = " + head + " RETURNING t.fence)"
-        " UPDATE " + q + " SET offered_fence = (SELECT fence FROM g), offered_until = now() + interval '8 s'"
-        " WHERE ticket = " + head + ";"
-        " SELECT pg_notify('" + channel + "', 'o:' || (SELECT fence FROM " + table +
+  admin(offer_by_hand(table, head) + "; SELECT pg_notify('" + channel + "', 'o:' || (SELECT fence FROM " + table +
         " WHERE lock_name = 'job') || ':" + head + ":" + runner_up + "')");
 }
 
@@ -901,6 +906,38 @@ TEST_CASE("a runner-up that leaves as the waiter behind it leaves too names the 
   CHECK(fence_of(read_line(line.next, 60s)) > line.holder.fence);
   CHECK(wait_child(line.next) == 0);
   CHECK(queued(table) == 0);
+}
+
+TEST_CASE("a runner-up that leaves as the release naming it runs names the next waiter", "[queue][frozen]") {
+  const std::string table = fresh_table("queue_leaves_in_release");
+  const std::string q = table + "_queue";
+  Holder holder(table);
+  FrozenHead frozen(table, 8000);
+  LeavingWaiter leaving(table);
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  Listener listener;
+  listener.listen(lock_channel_of(table));
+  const long long head = ticket_of(table, "frozen"), next_ticket = ticket_of(table, "next");
+  const std::string runner_up = std::to_string(ticket_of(table, "leaving"));
+  // A release, by hand and held open: it has locked the head's and the
+  // runner-up's places (as a release's head_ctes do) and offered the lock
+  // to the head. The runner-up leaves: its DELETE waits for the release,
+  // and then works from a snapshot without the offer.
+  pqxx::connection releaser_connection("");
+  pqxx::work releaser(releaser_connection);
+  releaser.exec("SELECT 1 FROM " + q + " WHERE ticket IN (" + std::to_string(head) + ", " + runner_up +
+                ") ORDER BY ticket FOR UPDATE");
+  releaser.exec(offer_by_hand(table, std::to_string(head)));
+  const long long leaving_pid = scalar("SELECT waiter_pid FROM " + q + " WHERE ticket = " + runner_up);
+  std::jthread leave([&] { leaving.leave(); });
+  REQUIRE(eventually([&] { return blocked_by(leaving_pid, releaser_connection.backendpid()); }));
+  releaser.commit();
+  leave.join();
+  // The dequeue saw no offer with one waiter ahead of it: its second look
+  // (hand_on) sees the release's, and names `next`.
+  CHECK(names_runner_up(listener.heard(1, 5s), head, next_ticket));
+  CHECK(holder_of(table) == "frozen");
+  next_takes_over(next, frozen, table, holder.fence);
 }
 
 TEST_CASE("a runner-up told of an offer without its deadline (an earlier pgmutex's) looks again until the offer "

@@ -318,29 +318,44 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // once would name each other, and the next one be told by neither), or
   // one a release or queued try holds, which makes an offer of its own. The
   // dequeue locks no row before its place and waits for none after it: it
-  // reads the lock row without locking it. Left: a release that locks our
-  // place as its runner-up while the dequeue waits for it commits an offer
-  // our snapshot does not see, so nobody is told (the net look, as before).
-  // The third column (the NOTIFYs sent) is not read.
+  // reads the lock row without locking it.
+  //
+  // A release that offers the lock to the head, naming us its runner-up,
+  // as the dequeue runs (it locked our place, and our DELETE waited for it;
+  // or it committed after our snapshot) made an offer the dequeue does not
+  // see. So the dequeue also says whether it may have missed one: it went,
+  // it saw no standing offer, and at most one live waiter was ahead of it.
+  // The caller then sends the same check again in a statement of its own,
+  // with a snapshot that sees such an offer (hand_on: $1 lock, $2 the
+  // ticket that went, $3 unused, $4 the lock's hash).
   const std::string before_us = "q.lock_name = $1 AND q.ticket < $2 AND q.offered_fence IS NULL AND " + alive("q");
   const std::string lock_channel = channel_sql(table, "$4");
-  s.dequeue = {"pgmutex_dequeue",
-               "WITH " + std::string(procs_cte) + ","
-               " d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint"
-               " AND offered_fence IS NULL RETURNING ticket),"
-               " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id FROM " + t +
-               " WHERE locked = 1 AND lock_name = $1)," + offer_cte(q) +
-               " watched AS (SELECT off.* FROM off WHERE off.ticket < $2 AND EXISTS (SELECT 1 FROM d)"
-               " AND NOT EXISTS (SELECT 1 FROM " + q + " AS q WHERE " + before_us + ")),"
-               " heir AS (SELECT q.ticket, q.waiter_pid FROM " + q + " AS q, watched WHERE q.lock_name = $1"
-               " AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q") +
-               " ORDER BY q.ticket LIMIT 1 FOR KEY SHARE OF q SKIP LOCKED)"
-               " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
-               " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint),"
-               " (SELECT count(pg_notify(n.ch, 'o:' || (SELECT fence FROM cur) || ':' || w.ticket || ':' ||"
-               " heir.ticket || ':' || CASE WHEN w.lapsed THEN 0 ELSE greatest(w.left_ms, 0) END))"
-               " FROM watched AS w, heir, (SELECT " + lock_channel + " AS ch UNION ALL SELECT " + lock_channel +
-               " || '_' || heir.waiter_pid FROM heir WHERE heir.waiter_pid IS NOT NULL) AS n)"};
+  const auto leaving_sql = [&](bool deletes) {
+    const std::string gone = deletes ? " d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2"
+                                       " AND waiter_token = $3::bigint AND offered_fence IS NULL RETURNING ticket),"
+                                     : " d AS (SELECT $2::bigint AS ticket WHERE $3::bigint IS NOT NULL),";
+    const std::string told =
+        "(SELECT count(pg_notify(n.ch, 'o:' || (SELECT fence FROM cur) || ':' || w.ticket || ':' ||"
+        " heir.ticket || ':' || CASE WHEN w.lapsed THEN 0 ELSE greatest(w.left_ms, 0) END))"
+        " FROM watched AS w, heir, (SELECT " + lock_channel + " AS ch UNION ALL SELECT " + lock_channel +
+        " || '_' || heir.waiter_pid FROM heir WHERE heir.waiter_pid IS NOT NULL) AS n)";
+    const std::string columns =
+        deletes ? " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
+                      " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint), " + told + ","
+                      " EXISTS (SELECT 1 FROM d) AND NOT EXISTS (SELECT 1 FROM watched) AND (SELECT count(*) FROM"
+                      " (SELECT 1 FROM " + q + " AS q WHERE " + before_us + " LIMIT 2) AS ahead) < 2"
+                : " SELECT " + told;
+    return "WITH " + std::string(procs_cte) + "," + gone +
+           " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id FROM " + t +
+           " WHERE locked = 1 AND lock_name = $1)," + offer_cte(q) +
+           " watched AS (SELECT off.* FROM off WHERE off.ticket < $2 AND EXISTS (SELECT 1 FROM d)"
+           " AND NOT EXISTS (SELECT 1 FROM " + q + " AS q WHERE " + before_us + ")),"
+           " heir AS (SELECT q.ticket, q.waiter_pid FROM " + q + " AS q, watched WHERE q.lock_name = $1"
+           " AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q") +
+           " ORDER BY q.ticket LIMIT 1 FOR KEY SHARE OF q SKIP LOCKED)" + columns;
+  };
+  s.dequeue = {"pgmutex_dequeue", leaving_sql(true)};
+  s.hand_on = {"pgmutex_hand_on", leaving_sql(false)};
 
   // S: what `pgmutex status` shows of the queues.
   s.list_queue = {"pgmutex_list_queue",

@@ -123,7 +123,13 @@ Result<void> PostgresBackend::dequeue(const AcquireRequest& request, std::int64_
         for (int tries = 0; tries < 2; ++tries) {
           auto rows = session.run(st.dequeue, key, bound);
           if (!rows) return tl::unexpected(std::move(rows.error()));
-          if (rows->text(0, 0) == "t") return {};
+          if (rows->text(0, 0) == "t") {
+            // Gone. A release that named us the runner-up as we left is
+            // not in the dequeue's view: look again (queue_sql.cpp). A
+            // failure here is not the dequeue's: the place is gone.
+            if (rows->text(0, 3) == "t") (void)session.run(st.hand_on, key, bound);
+            return {};
+          }
           if (!rows->is_null(0, 1)) {
             offered = rows->text(0, 1);
             break;

@@ -76,8 +76,13 @@ struct TableStatements {
   // $8 host, $9 pid, $10 command. Returns ticket, ahead, try_now, pid_bound,
   // and the ms a standing offer it joins as runner-up may still stand.
   Statement enqueue;
-  // $1 lock, $2 ticket, $3 waiter token. Returns dequeued, offered_fence.
+  // $1 lock, $2 ticket, $3 waiter token, $4 lock hash. Returns dequeued,
+  // offered_fence, the NOTIFYs sent (a leaving runner-up's), and whether
+  // it may have missed an offer that makes it one (then: hand_on).
   Statement dequeue;
+  // The dequeue's naming of the next waiter alone, on a fresh snapshot:
+  // $1 lock, $2 the ticket that went, $3 its token, $4 lock hash.
+  Statement hand_on;
   // No parameters. Every waiter: lock, ticket, instance, host, pid, seconds
   // waiting, offered, alive; by lock, then in queue order.
   Statement list_queue;
