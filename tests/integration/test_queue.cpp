@@ -665,10 +665,6 @@ TEST_CASE("a waiter further back, with the head and the runner-up gone, still ta
 
 namespace {
 
-// An earlier pgmutex's release, by hand: the lock row offered to the place
-// `head` for 8 s, and the payload without the head's deadline
-// ('o:<fence>:<head>:<runner-up>') on the runner-up's own channel (its
-// server pid `own_pid`), or on the lock's channel, where a Session listens.
 // A release's offer of lock 'job' to the place `head` (8 s to confirm), as
 // SQL: the lock row written over to its waiter, the place marked offered.
 std::string offer_by_hand(const std::string& table, const std::string& head) {
@@ -681,6 +677,10 @@ std::string offer_by_hand(const std::string& table, const std::string& head) {
          " WHERE ticket = " + head;
 }
 
+// An earlier pgmutex's release, by hand: the lock row offered to the place
+// `head` for 8 s, and the payload without the head's deadline
+// ('o:<fence>:<head>:<runner-up>') on the runner-up's own channel (its
+// server pid `own_pid`), or on the lock's channel, where a Session listens.
 void offer_as_an_earlier_pgmutex(const std::string& table, const std::string& head, const std::string& runner_up,
                                  std::optional<long long> own_pid) {
   const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
@@ -768,6 +768,10 @@ struct LeavingWaiter {
     });
     REQUIRE(eventually([&] { return queued(table) == before + 1; }));
   }
+  LeavingWaiter(const LeavingWaiter&) = delete;
+  LeavingWaiter& operator=(const LeavingWaiter&) = delete;
+  // A test that failed before leave(): the wait ends now, not in 60 s.
+  ~LeavingWaiter() { stop.request_stop(); }
   // Leaves the line: its wait ends cancelled, not granted.
   void leave() {
     stop.request_stop();
@@ -909,16 +913,38 @@ TEST_CASE("a runner-up that leaves as the waiter behind it leaves too names the 
 }
 
 TEST_CASE("a runner-up that leaves as the release naming it runs names the next waiter", "[queue][frozen]") {
+  bool unnamed = false;
+  SECTION("a Mutex waiting on its own connection") {}
+  SECTION("a backend whose statements go unnamed (as behind a transaction pooler), its dequeue called directly") {
+    unnamed = true;
+  }
   const std::string table = fresh_table("queue_leaves_in_release");
-  const std::string q = table + "_queue";
+  const std::string q = table + "_queue", lock = "job", leaving_id = "leaving";  // the request's views point here
   Holder holder(table);
   FrozenHead frozen(table, 8000);
-  LeavingWaiter leaving(table);
+  // The runner-up: a Mutex's wait, or a place taken and left through the
+  // backend alone (its place kept by a lease: no LISTEN, no server pid).
+  std::optional<LeavingWaiter> waiter;
+  const std::string app = "pgmutex_leaving_" + std::to_string(::getpid());
+  PostgresOptions unnamed_options;
+  unnamed_options.statement_mode = StatementMode::unnamed;
+  PostgresBackend backend("application_name=" + app, unnamed_options);
+  AcquireRequest place = request(table, lock, leaving_id);
+  if (unnamed) {
+    place.token = 5;
+    auto taken = backend.enqueue(place, 1s);
+    REQUIRE(taken);
+    place.queue_ticket = taken->ticket;
+  } else {
+    waiter.emplace(table);
+  }
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   Listener listener;
   listener.listen(lock_channel_of(table));
   const long long head = ticket_of(table, "frozen"), next_ticket = ticket_of(table, "next");
   const std::string runner_up = std::to_string(ticket_of(table, "leaving"));
+  const long long leaving_pid =
+      unnamed ? sessions_of(app).at(0) : scalar("SELECT waiter_pid FROM " + q + " WHERE ticket = " + runner_up);
   // A release, by hand and held open: it has locked the head's and the
   // runner-up's places (as a release's head_ctes do) and offered the lock
   // to the head. The runner-up leaves: its DELETE waits for the release,
@@ -928,11 +954,21 @@ TEST_CASE("a runner-up that leaves as the release naming it runs names the next 
   releaser.exec("SELECT 1 FROM " + q + " WHERE ticket IN (" + std::to_string(head) + ", " + runner_up +
                 ") ORDER BY ticket FOR UPDATE");
   releaser.exec(offer_by_hand(table, std::to_string(head)));
-  const long long leaving_pid = scalar("SELECT waiter_pid FROM " + q + " WHERE ticket = " + runner_up);
-  std::jthread leave([&] { leaving.leave(); });
+  std::optional<Result<void>> left;
+  std::jthread leave([&] {
+    if (unnamed) {
+      left = backend.dequeue(place, place.queue_ticket);
+    } else {
+      waiter->leave();
+      left = Result<void>{};
+    }
+  });
   REQUIRE(eventually([&] { return blocked_by(leaving_pid, releaser_connection.backendpid()); }));
   releaser.commit();
   leave.join();
+  REQUIRE(left);
+  INFO("dequeue: " << (*left ? std::string("ok") : left->error().message()));
+  CHECK(*left);
   // The dequeue saw no offer with one waiter ahead of it: its second look
   // (hand_on) sees the release's, and names `next`.
   CHECK(names_runner_up(listener.heard(1, 5s), head, next_ticket));

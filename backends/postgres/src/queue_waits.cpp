@@ -124,10 +124,12 @@ Result<void> PostgresBackend::dequeue(const AcquireRequest& request, std::int64_
           auto rows = session.run(st.dequeue, key, bound);
           if (!rows) return tl::unexpected(std::move(rows.error()));
           if (rows->text(0, 0) == "t") {
-            // Gone. A release that named us the runner-up as we left is
-            // not in the dequeue's view: look again (queue_sql.cpp). A
-            // failure here is not the dequeue's: the place is gone.
-            if (rows->text(0, 3) == "t") (void)session.run(st.hand_on, key, bound);
+            // Gone. A release that named us the runner-up as we left, or a
+            // waiter that joined behind us, is not in the dequeue's view:
+            // look again (queue_sql.cpp). Its failure is reported, though
+            // the place is gone: the waiter behind may not have been told.
+            if (rows->text(0, 3) == "t")
+              if (auto told = session.run(st.hand_on, key, bound); !told) return tl::unexpected(std::move(told.error()));
             return {};
           }
           if (!rows->is_null(0, 1)) {

@@ -81,7 +81,7 @@ struct TableStatements {
   // it may have missed an offer that makes it one (then: hand_on).
   Statement dequeue;
   // The dequeue's naming of the next waiter alone, on a fresh snapshot:
-  // $1 lock, $2 the ticket that went, $3 its token, $4 lock hash.
+  // $1 lock, $2 the ticket that went, $3 its token (only typed), $4 lock hash.
   Statement hand_on;
   // No parameters. Every waiter: lock, ticket, instance, host, pid, seconds
   // waiting, offered, alive; by lock, then in queue order.
