@@ -326,13 +326,17 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // see; and a waiter that joined the line as we left is in neither our
   // view nor, as our runner-up, told by its enqueue. So the dequeue also
   // says whether it may have missed either: it went, and it saw no standing
-  // offer with at most one live waiter not offered the lock ahead of it, or
-  // it saw one it was first behind and nobody to name. The caller then
+  // offer it was first behind, at most one live waiter not offered the lock
+  // ahead of it and one behind it (whom such an offer would leave to be
+  // named), or it saw such an offer and nobody to name. The caller then
   // sends the same check again in a statement of its own, whose snapshot
   // sees them (hand_on: $1 lock, $2 the ticket that went, $3 its token, only
   // typed, $4 the lock's hash). The one who leaves pays it: two statements
-  // when it was the head or the runner-up, or alone in line.
+  // when it was the head or the runner-up of a line with someone behind it,
+  // or the runner-up of a standing offer with nobody behind it; one alone
+  // in line pays one.
   const std::string before_us = "q.lock_name = $1 AND q.ticket < $2 AND q.offered_fence IS NULL AND " + alive("q");
+  const std::string behind_us = "q.lock_name = $1 AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q");
   const std::string lock_channel = channel_sql(table, "$4");
   const auto leaving_sql = [&](bool deletes) {
     const std::string gone = deletes ? " d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2"
@@ -348,7 +352,8 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
                       " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint), " + told + ","
                       " EXISTS (SELECT 1 FROM d) AND CASE WHEN EXISTS (SELECT 1 FROM watched)"
                       " THEN NOT EXISTS (SELECT 1 FROM heir) ELSE (SELECT count(*) FROM"
-                      " (SELECT 1 FROM " + q + " AS q WHERE " + before_us + " LIMIT 2) AS ahead) < 2 END"
+                      " (SELECT 1 FROM " + q + " AS q WHERE " + before_us + " LIMIT 2) AS ahead) < 2"
+                      " AND EXISTS (SELECT 1 FROM " + q + " AS q WHERE " + behind_us + ") END"
                 : " SELECT " + told;
     return "WITH " + std::string(procs_cte) + "," + gone +
            " cur AS (SELECT fence, coalesce(grant_token, 0) AS token, instance_id FROM " + t +
