@@ -15,7 +15,8 @@
 // such a try could each wait for the other until Postgres ended one after
 // deadlock_timeout (40P01). The dequeue is the exception to the order: it
 // deletes its own place without the lock row, and waits for nothing after
-// (it reads the lock row unlocked, and the place it names SKIP LOCKED). Left: a rejoin writes the caller's own place
+// (it reads the lock row unlocked, and the place it names SKIP LOCKED).
+// Left: a rejoin writes the caller's own place
 // last; a cycle through two rejoins is not known to be reachable, and
 // Postgres would end it the same way (the caller retries).
 //
@@ -71,11 +72,15 @@ std::string offer_cte(const std::string& q) {
          " WHERE q.lock_name = $1),";
 }
 
-// 'o:<fence>:<head>:<runner-up or 0>:<the head's handoff deadline, ms>',
-// the offer's payload: the runner-up looks when that deadline has passed.
-std::string offer_payload(const std::string& fence) {
-  return "'o:' || " + fence + " || ':' || (SELECT ticket FROM head) || ':' || coalesce((SELECT ticket FROM nxt), 0)"
-         " || ':' || " + std::string(head_handoff_ms);
+// 'o:<fence>:<head>:<runner-up or 0>:<ms>', the offer's payload: the
+// runner-up looks when the ms have passed. An offer names the head and
+// runner-up it made (head_ctes) and the head's handoff deadline; a leaving
+// runner-up's dequeue names the next one and how long the offer may still
+// stand (queue_rules.hpp reads both alike).
+std::string offer_payload(const std::string& fence, const std::string& head = "(SELECT ticket FROM head)",
+                          const std::string& runner_up = "coalesce((SELECT ticket FROM nxt), 0)",
+                          const std::string& ms = std::string(head_handoff_ms)) {
+  return "'o:' || " + fence + " || ':' || " + head + " || ':' || " + runner_up + " || ':' || " + ms;
 }
 
 // The NOTIFYs of an offer (or of a lock left free), `payload` on each
@@ -88,13 +93,15 @@ std::string offer_payload(const std::string& fence) {
 // offered the lock), on the lock's vacancy channel too ('_v'), which those
 // waiters also listen on: one whose place the statement did not see (taken
 // as it ran) then looks. The column's value (the number sent) is not read.
+// `named`: the waiters whose own channels it goes on (a query of their
+// waiter_pid).
 std::string notify_offer(std::string_view table, const std::string& hash, const std::string& payload,
-                         const std::string& vacant = "false") {
+                         const std::string& vacant = "false",
+                         const std::string& named = "SELECT waiter_pid FROM head UNION ALL SELECT waiter_pid FROM nxt") {
   const std::string lock_channel = channel_sql(table, hash);
   return "(SELECT count(pg_notify(n.ch, " + payload + ")) FROM (SELECT " + lock_channel + " AS ch UNION ALL SELECT " +
-         lock_channel + " || '_' || w.waiter_pid FROM (SELECT waiter_pid FROM head UNION ALL"
-         " SELECT waiter_pid FROM nxt) AS w WHERE w.waiter_pid IS NOT NULL UNION ALL SELECT " + lock_channel +
-         " || '_v' WHERE " + vacant + ") AS n)";
+         lock_channel + " || '_' || w.waiter_pid FROM (" + named + ") AS w WHERE w.waiter_pid IS NOT NULL"
+         " UNION ALL SELECT " + lock_channel + " || '_v' WHERE " + vacant + ") AS n)";
 }
 
 }  // namespace
@@ -337,16 +344,17 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // in line pays one.
   const std::string before_us = "q.lock_name = $1 AND q.ticket < $2 AND q.offered_fence IS NULL AND " + alive("q");
   const std::string behind_us = "q.lock_name = $1 AND q.ticket > $2 AND q.offered_fence IS NULL AND " + alive("q");
-  const std::string lock_channel = channel_sql(table, "$4");
   const auto leaving_sql = [&](bool deletes) {
     const std::string gone = deletes ? " d AS (DELETE FROM " + q + " WHERE lock_name = $1 AND ticket = $2"
                                        " AND waiter_token = $3::bigint AND offered_fence IS NULL RETURNING ticket),"
                                      : " d AS (SELECT $2::bigint AS ticket WHERE $3::bigint IS NOT NULL),";
     const std::string told =
-        "(SELECT count(pg_notify(n.ch, 'o:' || (SELECT fence FROM cur) || ':' || w.ticket || ':' ||"
-        " heir.ticket || ':' || CASE WHEN w.lapsed THEN 0 ELSE greatest(w.left_ms, 0) END))"
-        " FROM watched AS w, heir, (SELECT " + lock_channel + " AS ch UNION ALL SELECT " + lock_channel +
-        " || '_' || heir.waiter_pid FROM heir WHERE heir.waiter_pid IS NOT NULL) AS n)";
+        "CASE WHEN EXISTS (SELECT 1 FROM heir) THEN " +
+        notify_offer(table, "$4",
+                     offer_payload("(SELECT fence FROM cur)", "(SELECT ticket FROM watched)", "(SELECT ticket FROM heir)",
+                                   "(SELECT CASE WHEN lapsed THEN 0 ELSE greatest(left_ms, 0) END FROM watched)"),
+                     "false", "SELECT waiter_pid FROM heir") +
+        " ELSE 0 END";
     const std::string columns =
         deletes ? " SELECT EXISTS (SELECT 1 FROM d), (SELECT offered_fence FROM " + q +
                       " WHERE lock_name = $1 AND ticket = $2 AND waiter_token = $3::bigint), " + told + ","
