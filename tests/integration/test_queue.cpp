@@ -665,6 +665,12 @@ TEST_CASE("a waiter further back, with the head and the runner-up gone, still ta
 
 namespace {
 
+// The NOTIFY channel of lock 'job' in `table`.
+std::string lock_channel_of(const std::string& table) {
+  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
+  return pgmutex::postgres_detail::release_channel(std::to_string(oid), "job");
+}
+
 // A release's offer of lock 'job' to the place `head` (8 s to confirm), as
 // SQL: the lock row written over to its waiter, the place marked offered.
 std::string offer_by_hand(const std::string& table, const std::string& head) {
@@ -683,8 +689,7 @@ std::string offer_by_hand(const std::string& table, const std::string& head) {
 // server pid `own_pid`), or on the lock's channel, where a Session listens.
 void offer_as_an_earlier_pgmutex(const std::string& table, const std::string& head, const std::string& runner_up,
                                  std::optional<long long> own_pid) {
-  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
-  std::string channel = pgmutex::postgres_detail::release_channel(std::to_string(oid), "job");
+  std::string channel = lock_channel_of(table);
   if (own_pid) channel = pgmutex::postgres_detail::own_channel(channel, static_cast<int>(*own_pid));
   admin(offer_by_hand(table, head) + "; SELECT pg_notify('" + channel + "', 'o:' || (SELECT fence FROM " + table +
         " WHERE lock_name = 'job') || ':" + head + ":" + runner_up + "')");
@@ -752,8 +757,7 @@ struct FrozenHead {
 
 // A waiter of this process, on a connection of its own, that the test makes
 // leave the line (a stop token: its dequeue) when it chooses, with no early
-// look of its own (60 s stale threshold, 30 s alert). Its thresholds are
-// 60 s and 30 s; what it sent and heard is read by the test.
+// look of its own (60 s stale threshold, 30 s alert).
 struct LeavingWaiter {
   pgmutex::Mutex mutex;
   std::stop_source stop;
@@ -795,11 +799,6 @@ bool names_runner_up(const std::vector<std::pair<std::string, std::string>>& hea
     return offer && offer->head == head && offer->runner_up == runner_up && offer->head_handoff &&
            *offer->head_handoff > 0ms;
   });
-}
-
-std::string lock_channel_of(const std::string& table) {
-  const long long oid = scalar("SELECT '\"" + table + "\"'::regclass::oid::bigint");
-  return pgmutex::postgres_detail::release_channel(std::to_string(oid), "job");
 }
 
 long long ticket_of(const std::string& table, const std::string& instance) {
