@@ -975,6 +975,37 @@ TEST_CASE("a runner-up that leaves as the release naming it runs names the next 
   next_takes_over(next, frozen, table, holder.fence);
 }
 
+TEST_CASE("a runner-up whose place is gone when its dequeue runs (a lost reply's retry) still names the next waiter",
+          "[queue][frozen]") {
+  const std::string table = fresh_table("queue_gone_runner_up");
+  const std::string lock = "job", leaving_id = "leaving";  // the request's views point here
+  Holder holder(table);
+  FrozenHead frozen(table, 8000);
+  PostgresBackend backend("");
+  AcquireRequest place = request(table, lock, leaving_id);
+  place.token = 5;
+  auto taken = backend.enqueue(place, 1s);
+  REQUIRE(taken);
+  place.queue_ticket = taken->ticket;
+  Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
+  Listener listener;
+  listener.listen(lock_channel_of(table));
+  const long long head = ticket_of(table, "frozen"), next_ticket = ticket_of(table, "next");
+  holder.release();
+  REQUIRE(names_runner_up(listener.heard(1, 5s), head, place.queue_ticket));
+  // The state a dequeue leaves when it went as the release ran (it saw no
+  // offer and named nobody: its answer asked for hand_on) and its reply was
+  // lost: its place is gone. The retry finds nothing to delete, and must
+  // still look again; untold, `next` waits past its 15 s timeout.
+  admin("DELETE FROM " + table + "_queue WHERE ticket = " + std::to_string(place.queue_ticket));
+  const auto left = backend.dequeue(place, place.queue_ticket);
+  INFO("dequeue: " << (left ? std::string("ok") : left.error().message()));
+  CHECK(left);
+  CHECK(names_runner_up(listener.heard(1, 5s), head, next_ticket));
+  CHECK(holder_of(table) == "frozen");
+  next_takes_over(next, frozen, table, holder.fence);
+}
+
 TEST_CASE("a runner-up told of an offer without its deadline (an earlier pgmutex's) looks again until the offer "
           "lapses",
           "[queue][frozen]") {

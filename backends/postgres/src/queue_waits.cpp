@@ -137,7 +137,15 @@ Result<void> PostgresBackend::dequeue(const AcquireRequest& request, std::int64_
             break;
           }
         }
-        if (!offered) return {};  // gone already
+        if (!offered) {
+          // Gone already: swept, or our own DELETE committed and its reply
+          // was lost (this is the retry). That DELETE may have asked for the
+          // second look, which its lost reply did not tell us: take it.
+          // Harmless otherwise (it names nobody, or the waiter that is the
+          // runner-up already).
+          if (auto told = session.run(st.hand_on, key, bound); !told) return tl::unexpected(std::move(told.error()));
+          return {};
+        }
         // Offered meanwhile: pass it on as its holder would (the release
         // sweeps our offered place too).
         auto passed = session.run(st.release,
