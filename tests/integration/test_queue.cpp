@@ -801,6 +801,15 @@ bool names_runner_up(const std::vector<std::pair<std::string, std::string>>& hea
   });
 }
 
+// A place in line taken through the backend alone (no Mutex waits in it):
+// `place` gets a token and the ticket, for the test to dequeue it.
+void take_place(PostgresBackend& backend, AcquireRequest& place) {
+  place.token = 5;
+  auto taken = backend.enqueue(place, 1s);
+  REQUIRE(taken);
+  place.queue_ticket = taken->ticket;
+}
+
 long long ticket_of(const std::string& table, const std::string& instance) {
   return scalar("SELECT ticket FROM " + table + "_queue WHERE instance_id = '" + instance + "'");
 }
@@ -930,10 +939,7 @@ TEST_CASE("a runner-up that leaves as the release naming it runs names the next 
   PostgresBackend backend("application_name=" + app, unnamed_options);
   AcquireRequest place = request(table, lock, leaving_id);
   if (unnamed) {
-    place.token = 5;
-    auto taken = backend.enqueue(place, 1s);
-    REQUIRE(taken);
-    place.queue_ticket = taken->ticket;
+    take_place(backend, place);
   } else {
     waiter.emplace(table);
   }
@@ -983,10 +989,7 @@ TEST_CASE("a runner-up whose place is gone when its dequeue runs (a lost reply's
   FrozenHead frozen(table, 8000);
   PostgresBackend backend("");
   AcquireRequest place = request(table, lock, leaving_id);
-  place.token = 5;
-  auto taken = backend.enqueue(place, 1s);
-  REQUIRE(taken);
-  place.queue_ticket = taken->ticket;
+  take_place(backend, place);
   Child next = queue_child(table, "next", 20, 15000, 1000, 60000);
   Listener listener;
   listener.listen(lock_channel_of(table));

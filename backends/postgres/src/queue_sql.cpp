@@ -16,9 +16,9 @@
 // deadlock_timeout (40P01). The dequeue is the exception to the order: it
 // deletes its own place without the lock row, and waits for nothing after
 // (it reads the lock row unlocked, and the place it names SKIP LOCKED).
-// Left: a rejoin writes the caller's own place
-// last; a cycle through two rejoins is not known to be reachable, and
-// Postgres would end it the same way (the caller retries).
+// Left: a rejoin writes the caller's own place last; a cycle through two
+// rejoins is not known to be reachable, and Postgres would end it the same
+// way (the caller retries).
 //
 // Every takeover is an UPDATE ... WHERE that Postgres re-checks on the
 // newest row version, and every grant draws a new fence: the queue decides
