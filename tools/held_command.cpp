@@ -108,6 +108,11 @@ PostgresOptions held_network(const RunMargin& plan, const std::vector<std::strin
   network.holder_command = command_text(command);
   // One hold, one release: the handoff's statements planned while waiting, and kept.
   network.generic_plans_for_handoff = true;
+  // The guard process stops the command ahead of the lease's end by its
+  // lead (the grace included): longer than an offer's whole deadline by
+  // default, so a provisional grant (its end at the offer's deadline) would
+  // stop the command as it starts. The confirm waits for its flush.
+  network.unflushed_confirm_window = std::nullopt;
   return network;
 }
 

@@ -98,6 +98,15 @@ struct AcquireResult {
   // its offer lapsed and passed on, or it was swept as dead after a
   // reconnect. It must enqueue again, at the back.
   bool queue_place_lost = false;
+  // Acquired, but not yet durable (0: durable, as every grant but this
+  // one): a queued waiter's confirm that committed without waiting for its
+  // WAL flush. A server crash before that flush takes the grant back to the
+  // offer the release made durably, which nobody else may take before this
+  // long after the statement was sent. The mutex counts the lease from the
+  // send as usual but ends it there at the latest, and heartbeats at once:
+  // a synchronous commit in the same server session (its flush passes this
+  // one's) makes the grant durable, and the whole lease applies.
+  std::chrono::nanoseconds provisional_for{0};
 };
 
 // The holder an acquire refused by a failover grace names. An instance could

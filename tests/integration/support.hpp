@@ -47,6 +47,17 @@ struct Server {
 
 inline Server server() { return Server{}; }
 
+// Polls `done` every 10 ms until it holds or `limit` passes; true if it held.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
 // A table name no other test (or test process) uses. Checks the server's
 // variables first, so that every test fails clearly without them.
 inline std::string fresh_table(std::string_view stem) {

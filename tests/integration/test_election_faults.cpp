@@ -70,17 +70,6 @@ LeaderChange next_change(pgmutex::Observer& o) {
   return {};
 }
 
-// Polls `done` every 20 ms until it holds or `limit` passes.
-template <class F>
-bool eventually(F done, std::chrono::milliseconds limit = 10s) {
-  const auto until = steady::now() + limit;
-  while (steady::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
-
 // pg_terminate_backend(pid); returns once that session is gone (its
 // client may have connected again meanwhile: heartbeats go on).
 void terminate_session(int pid) {

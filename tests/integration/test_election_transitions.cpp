@@ -128,7 +128,11 @@ TEST_CASE("Election: the grant and its announcement, the vacancy and the handoff
   // the same one, rows written by two never do.
   const std::string table = fresh_table("election_transitions_own");
   pgmutex::Election a(PostgresBackend(""), options(table, "primary", "a"));
-  pgmutex::Election b(PostgresBackend(""), options(table, "primary", "b"));
+  // b's confirm keeps its flush: one that skips it heartbeats at once, and
+  // the row's last_heartbeat would no longer be the confirm's.
+  pgmutex::PostgresOptions flushed;
+  flushed.unflushed_confirm_window = std::nullopt;
+  pgmutex::Election b(PostgresBackend("", flushed), options(table, "primary", "b"));
   pgmutex::Mutex c(PostgresBackend(""), options(table, "primary", "c"));
   a.create_schema();
   pgmutex::Observer obs(PostgresBackend(""), options(table, "primary", "watcher"));

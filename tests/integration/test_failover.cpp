@@ -140,17 +140,6 @@ pqxx::result on(const std::string& dsn, const std::string& sql) {
   return tx.exec(sql);
 }
 
-// Polls `done` every 50 ms until it holds or `limit` passes; true if it held.
-template <class F>
-bool eventually(F done, std::chrono::milliseconds limit = 20s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return done();
-}
-
 pgmutex::Options failover_options(const std::string& table, const std::string& lock, const std::string& instance) {
   auto o = options(table, lock, instance);
   o.heartbeat_interval = 300ms;

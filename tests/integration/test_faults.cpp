@@ -222,3 +222,80 @@ TEST_CASE("synchronous_commit off on the server, then a crash: the holder counte
   won.release();
   proxy.set("pass");
 }
+
+// A queued waiter's confirm may commit without its WAL flush
+// (PostgresOptions::unflushed_confirm_window): its grant is provisional, and
+// ends at the offer's deadline at the latest (AcquireResult::provisional_for).
+// Here the server crashes between that commit and any flush (a 10 s WAL
+// writer, immediate shutdown): the crash takes the confirm back, the offer
+// stands again, and the waiter behind must not be granted the lock before
+// the first waiter's provisional end; it is granted once the offer lapses.
+// Driven through the backend's API, so that no heartbeat makes the grant
+// durable first.
+TEST_CASE("a confirm committed without its flush, then a crash: the offer stands again, and the next waiter is "
+          "granted only after the provisional end",
+          "[faults][durability][queue]") {
+  using namespace pgmutex;
+  const Server s = server();
+  const std::string table = fresh_table("unflushed");
+  const LockRef lock{table, "job"};
+  PostgresBackend holder("");
+  REQUIRE(holder.create_schema(table));
+  const LazyDurability lazy;
+  const auto request = [&](const std::string& name, GrantToken token) {
+    AcquireRequest r{lock, name, 60s};
+    r.token = token;
+    r.timeout = 5s;
+    return r;
+  };
+  const std::string h_name = "h", w_name = "w", r_name = "r";
+  auto held = holder.try_acquire(request(h_name, 0x11));
+  REQUIRE(held);
+  REQUIRE(held->acquired);
+  PostgresBackend w(""), r("");
+  AcquireRequest wr = request(w_name, 0x22), rr = request(r_name, 0x33);
+  auto wp = w.enqueue(wr, 3s);
+  REQUIRE(wp);
+  wr.queue_ticket = wp->ticket;
+  auto rp = r.enqueue(rr, 3s);
+  REQUIRE(rp);
+  rr.queue_ticket = rp->ticket;
+  const auto w_places = [&](const std::string& where) {
+    return admin("SELECT count(*) FROM " + table + "_queue WHERE instance_id = 'w'" + where)[0][0].as<long long>();
+  };
+
+  REQUIRE(holder.release(HolderKey{lock, h_name, held->fence, 0x11}));  // offered to w, durably
+  auto woke = w.wait_in_queue(WatchRequest{lock, 60s}, wp->ticket, 10s, {});
+  REQUIRE(woke);
+  REQUIRE(*woke == QueueWake::turn);
+  const auto sent = std::chrono::steady_clock::now();
+  auto won = w.try_acquire(wr);
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  INFO("provisional for " << std::chrono::duration<double>(won->provisional_for).count() << " s");
+  REQUIRE(won->provisional_for > 2s);  // committed unflushed: the offer had almost all of its 3 s left
+  CHECK(won->provisional_for <= 3s);
+  const auto provisional_end = sent + won->provisional_for;
+  REQUIRE(w_places("") == 0);  // the confirm took w's place out (not yet durably)
+
+  REQUIRE(std::system((s.pgctl + " restart -m immediate >/dev/null").c_str()) == 0);
+  REQUIRE(eventually([&] {
+    try {
+      return w_places(" AND offered_fence IS NOT NULL") == 1;  // the crash took the confirm back
+    } catch (const std::exception&) {
+      return false;  // not accepting connections yet
+    }
+  }));
+
+  // r, now first behind a standing offer, looks until it is granted.
+  std::optional<std::chrono::steady_clock::time_point> granted;
+  while (!granted && std::chrono::steady_clock::now() < provisional_end + 10s) {
+    auto took = r.try_acquire(rr);
+    if (took && took->acquired) granted = std::chrono::steady_clock::now();
+    else std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(granted);
+  INFO("r granted " << std::chrono::duration<double>(*granted - provisional_end).count() << " s after w's end");
+  CHECK(*granted >= provisional_end);
+  CHECK(*granted < provisional_end + 2s);  // once the offer lapsed, not after a stale threshold
+}

@@ -43,16 +43,11 @@ AcquireRequest request(const std::string& table, const std::string& lock, const 
 
 long long scalar(const std::string& sql) { return admin(sql)[0][0].as<long long>(); }
 
-long long queued(const std::string& table) { return scalar("SELECT count(*) FROM " + table + "_queue"); }
+// How the lean confirm's text begins (queue_sql.cpp, confirm_offer): the
+// server shows only the first 1,024 bytes of a statement (track_activity_query_size).
+constexpr std::string_view lean_confirm_start = "WITH prov AS (SELECT least(q.offered_until";
 
-// Waits (20 s at most) until `ready` holds; false if it never did.
-bool eventually(const std::function<bool()>& ready) {
-  for (int i = 0; i < 2000; ++i) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return ready();
-}
+long long queued(const std::string& table) { return scalar("SELECT count(*) FROM " + table + "_queue"); }
 
 // A waiter in its own process; returns once its place is in the queue.
 Child queue_child(const std::string& table, const std::string& instance, int hold_ms = 20, int timeout_ms = 60000,
@@ -1149,8 +1144,7 @@ TEST_CASE("a waiter that heard its offer confirms it in the lean statement; one 
   CHECK(won->fence > holder.fence);
   const std::string confirm = a.last_statement();
   INFO("a's last statement: " << confirm);
-  CHECK(confirm.find("conf_out AS (DELETE") != std::string::npos);
-  CHECK(confirm.find("procs AS") == std::string::npos);  // not the whole queued try
+  CHECK(confirm.starts_with(lean_confirm_start));  // not the whole queued try
   CHECK(holder_of(table) == "a");
   CHECK(scalar("SELECT count(*) FROM " + table + "_queue WHERE instance_id = 'a'") == 0);
 
@@ -1169,6 +1163,73 @@ TEST_CASE("a waiter that heard its offer confirms it in the lean statement; one 
   CHECK(late->queue_place_lost);
   CHECK(holder_of(table) == "c");
   CHECK(queued(table) == 0);
+}
+
+namespace {
+
+// Each lease deadline a mutex announces (the lease_renewed hook), on the
+// steady clock's epoch.
+struct Deadlines {
+  std::shared_ptr<std::mutex> m = std::make_shared<std::mutex>();
+  std::shared_ptr<std::vector<std::chrono::nanoseconds>> seen = std::make_shared<std::vector<std::chrono::nanoseconds>>();
+  void lease_renewed(std::string_view, std::string_view, std::chrono::nanoseconds deadline) {
+    std::lock_guard lock(*m);
+    seen->push_back(deadline);
+  }
+  std::vector<std::chrono::nanoseconds> all() const {
+    std::lock_guard lock(*m);
+    return *seen;
+  }
+};
+
+}  // namespace
+
+// A waiter's confirm that committed without its WAL flush makes a
+// provisional grant (GrantBook): its lease ends at the offer's deadline at
+// the latest, and its first heartbeat, sent at once, commits synchronously on
+// the same connection and lifts that end to the whole lease. Heartbeats are
+// an hour apart here: only that first one can keep the lock past the 1 s
+// offer. With the window off (PostgresOptions::unflushed_confirm_window),
+// the grant is durable from the start.
+TEST_CASE("a handed-off grant confirmed without its flush ends at the offer's deadline until its first heartbeat, "
+          "sent at once, shows it durable",
+          "[queue][confirm][provisional]") {
+  const bool unflushed = GENERATE(true, false);
+  CAPTURE(unflushed);
+  const std::string table = fresh_table("queue_provisional");
+  Holder holder(table);
+  Options o = options(table, "job", "w");
+  o.heartbeat_interval = 1h;
+  o.alert_threshold = 2h;
+  o.stale_threshold = 3h;
+  o.safety_margin = 1h + 10min;
+  o.handoff_deadline = 1s;
+  PostgresOptions po;
+  if (!unflushed) po.unflushed_confirm_window = std::nullopt;
+  Deadlines deadlines;
+  BasicMutex<PostgresBackend, SteadyClock, Deadlines> waiter(PostgresBackend("", po), o, {}, deadlines);
+  std::optional<decltype(waiter.acquire(std::chrono::nanoseconds(1)))> guard;
+  std::thread t([&] { guard.emplace(waiter.acquire(std::chrono::nanoseconds(20s))); });
+  REQUIRE(eventually([&] { return queued(table) == 1; }));
+  holder.release();
+  // After the release's statement: the offer's deadline is 1 s after it began.
+  const auto released = std::chrono::steady_clock::now().time_since_epoch();
+  t.join();
+  REQUIRE(guard);
+  REQUIRE(*guard);
+  REQUIRE(eventually([&] { return deadlines.all().size() >= (unflushed ? 2u : 1u); }));
+  const auto seen = deadlines.all();
+  if (unflushed) {
+    CHECK(seen.front() - released < 1s);  // the offer's deadline at the latest
+    CHECK(seen.back() - released > 1h);   // lifted to the whole lease (1 h 50 min) by the first heartbeat
+  } else {
+    CHECK(seen.size() == 1);
+    CHECK(seen.front() - released > 1h);
+  }
+  std::this_thread::sleep_for(1500ms);
+  CHECK_FALSE(guard->lost());
+  CHECK(holder_of(table) == "w");
+  guard->release();
 }
 
 namespace {
@@ -1275,7 +1336,7 @@ TEST_CASE("a SessionMutex waiter that heard its offer confirms it in the lean st
   for (const auto& row : admin("SELECT query FROM pg_stat_activity WHERE application_name = '" + line.tag(0) + "'")) {
     const std::string query = row[0].as<std::string>();
     INFO("a statement of the Session: " << query.substr(0, 120));
-    lean = lean || (query.find("conf_out AS (DELETE") != std::string::npos && query.find("procs AS") == std::string::npos);
+    lean = lean || query.starts_with(lean_confirm_start);
   }
   CHECK(lean);
   REQUIRE(eventually([&] { return line.finished.load() == 1; }));

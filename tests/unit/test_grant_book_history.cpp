@@ -334,3 +334,78 @@ TEST_CASE("an announced value is due again in a new server history, until settle
   CHECK_FALSE(beat(8s, 4));  // a vacated term is never announced again
   CHECK_FALSE(h.book.reannouncement(h.grant.generation, at(8s)));
 }
+
+// A provisional grant (AcquireResult::provisional_for): a queued waiter's
+// confirm that committed without its WAL flush. A crash before the flush
+// takes the grant back to the offer, which nobody else may take before the
+// bound; so the lease ends there at the latest, the first heartbeat is due at
+// once and commits synchronously, and only such a beat answered in the same
+// server session (its flush passes the grant's) lifts the end.
+TEST_CASE("a provisional grant ends at its bound unless a synchronous beat of the same session shows it durable",
+          "[grant_book][provisional]") {
+  const bool asynchronous = GENERATE(false, true);
+  CAPTURE(asynchronous);
+  Book book{27s, asynchronous};
+  book.begin(7, 99, at(0ms), at(1s), ServerSession{1, 0}, 2s);
+  const Book::Grant grant = *book.current(at(0ms));
+  const auto due = book.on_timer(at(0ms));
+  REQUIRE(due.beat);  // due at once
+  CHECK(due.beat->durable);
+  CHECK_FALSE(due.lost);
+  const auto beat = [&](std::chrono::milliseconds sent, ServerSession where, const Result<void>& answer = ok) {
+    return book.apply_beat(grant, at(sent), at(sent + 1ms), answer, true, 1s, 100ms, where);
+  };
+  const auto lost_at = [&](std::chrono::milliseconds when) {
+    (void)book.on_timer(at(when));
+    return !book.holds(at(when));
+  };
+  SECTION("no beat: lost at the bound, saying why") {
+    CHECK_FALSE(lost_at(1999ms));
+    CHECK(book.expire(at(2s)));
+    CHECK(book.lost_reason() == Errc::lease_lost);
+    CHECK_THAT(book.lost_reason().detail, Catch::Contains("not shown durable"));
+  }
+  SECTION("a synchronous beat of the same session: the whole lease, from its send") {
+    const auto applied = beat(5ms, where(1, 0, 0, 0, /*durable=*/true));
+    REQUIRE(applied.renewed);
+    CHECK(*applied.renewed == at(5ms) + 27s);
+    CHECK_FALSE(lost_at(27004ms));
+    CHECK(lost_at(27005ms));
+  }
+  SECTION("a beat of another session (a reconnect: perhaps a crash took the grant back) lifts nothing") {
+    (void)beat(5ms, where(2, 0, 0, 0, /*durable=*/true));
+    CHECK_FALSE(lost_at(1999ms));
+    CHECK(lost_at(2s));
+  }
+  SECTION("a transient failure is retried before the bound") {
+    const auto applied = beat(5ms, where(1, 0), pgmutex::fail(Errc::backend_unavailable, "reset"));
+    REQUIRE(applied.next_wakeup);
+    CHECK(*applied.next_wakeup <= at(2s));
+    CHECK_FALSE(lost_at(1999ms));
+    CHECK(lost_at(2s));
+  }
+  SECTION("a row that is not ours any more: lost at once") {
+    (void)beat(5ms, where(1, 0, 0, 0, true), pgmutex::fail(Errc::lock_not_held, "taken"));
+    CHECK(lost_at(6ms));
+  }
+}
+
+TEST_CASE("an asynchronous beat that was not durable does not lift a provisional grant's end", "[grant_book][provisional]") {
+  Book book{27s, /*asynchronous=*/true};
+  book.begin(7, 99, at(0ms), at(1s), ServerSession{1, 0}, 2s);
+  const Book::Grant grant = *book.current(at(0ms));
+  (void)book.apply_beat(grant, at(5ms), at(6ms), ok, false, 1s, 100ms, where(1, 0, 100, 100));
+  CHECK(book.holds(at(1999ms)));
+  CHECK_FALSE(book.holds(at(2s)));
+}
+
+TEST_CASE("a provisional bound longer than the lease is cut to the lease; a durable grant has none",
+          "[grant_book][provisional]") {
+  Book book{27s, /*asynchronous=*/false};
+  book.begin(7, 99, at(0ms), at(1s), ServerSession{1, 0}, 60s);
+  CHECK(book.holds(at(26999ms)));
+  CHECK_FALSE(book.holds(at(27s)));
+  book.begin(8, 100, at(30s), at(31s), ServerSession{1, 0});  // a durable grant: its beat is due at 31 s, as usual
+  CHECK_FALSE(book.on_timer(at(30s)).beat);
+  CHECK(book.holds(at(56999ms)));
+}

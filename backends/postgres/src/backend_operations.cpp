@@ -83,6 +83,15 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
     params.push_back(lock_hash(request.lock.lock_name));
     params.emplace_back(announce->value);
   }
+  if (const auto& window = impl.options.unflushed_confirm_window; window && !impl.core) {
+    params.push_back(seconds_param(std::max(*window, std::chrono::nanoseconds::zero())));
+  } else {
+    // None: the confirm waits for its flush. A Session's too: its first
+    // heartbeat would go out in a batch of its own, with another statement
+    // timeout set before it and again before the next statement (measured:
+    // three statements per handoff, not two, on top of the batch).
+    params.emplace_back("-1");
+  }
   auto rows = session.run(announce ? st.election_confirm_offer : st.confirm_offer, params, bound);
   if (!rows) return tl::unexpected(std::move(rows.error()));
   AcquireResult answer = read_confirmed_offer(*rows);
@@ -90,8 +99,9 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
     here->second.offered = false;  // the queued try finds out what became of it
     return answer;
   }
-  if (impl.mark) impl.durable_done(session);
-  if (announce) announce->announced = rows->text(0, 2) == "t";
+  // An unflushed confirm is no durable commit: the holder's first heartbeat is.
+  if (impl.mark && answer.provisional_for == std::chrono::nanoseconds::zero()) impl.durable_done(session);
+  if (announce) announce->announced = rows->text(0, 3) == "t";
   impl.queued_here.erase(here);
   return answer;
 }

@@ -63,10 +63,17 @@ constexpr std::string_view head_handoff_ms = "(SELECT ceil(handoff_s * 1000)::bi
 
 // off: the place the lock row is offered to, if it is an offer (matched to
 // `cur` by fence, token and instance): its ticket, whether the offer lapsed
-// (its waiter died, or let its handoff deadline pass), and how long it may
-// still stand in ms, which a runner-up no NOTIFY named waits for.
+// (its handoff deadline passed), and how long it may still stand in ms,
+// which a runner-up no NOTIFY named waits for. An offer lapses at its
+// deadline only, even when its waiter's backend died: a waiter's confirm
+// may commit unflushed (confirm_offer), and a server crash, which ends
+// every backend, can take that commit back and leave the offer standing
+// while the waiter holds the lock until the deadline (the bound its confirm
+// returned). A waiter that died before its release is skipped by the
+// release itself (head_ctes); one that dies between the offer and its
+// confirm costs the line the handoff deadline, as a frozen one does.
 std::string offer_cte(const std::string& q) {
-  return " off AS (SELECT q.ticket, (q.offered_until < now() OR NOT " + alive("q") + ") AS lapsed,"
+  return " off AS (SELECT q.ticket, q.offered_until < now() AS lapsed,"
          " ceil(extract(epoch FROM (q.offered_until - now())) * 1000)::bigint AS left_ms FROM " + q + " AS q"
          " JOIN cur ON cur.fence = q.offered_fence AND cur.token = q.waiter_token AND cur.instance_id = q.instance_id"
          " WHERE q.lock_name = $1),";
@@ -126,7 +133,11 @@ Statement handoff_release(std::string_view table, bool keyed, const std::string&
   const std::string key = keyed ? " AND t.instance_id = $2 AND t.fence = $3 AND coalesce(t.grant_token, 0) = $4::bigint"
                                 : "";
   const ElectionParts vacated = vacate ? vacate_with_release(table, hash) : ElectionParts{};
-  const std::string durable = vacate ? std::string(forced_synchronous_commit) + ", " : std::string();
+  // Synchronous whatever the server says (a DBA's synchronous_commit = off):
+  // the offer must be durable before its waiter sees it, for a confirm that
+  // commits unflushed (confirm_offer) is bounded by what the offer left
+  // behind, and a crash must not take the offer back to an older row.
+  const std::string durable = std::string(forced_synchronous_commit) + ", ";
   return {name,
           "WITH " + std::string(procs_cte) + ", cfg AS (SELECT " + durable + "set_config('lock_timeout', " + lt +
               ", true)),"
@@ -268,15 +279,47 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // which also tells a lapsed offer from a lost place. The full statement is
   // some 8 KB that a fresh connection plans in milliseconds on its first
   // executions (custom plans), which every `pgmutex run` paid in its handoff.
+  //
+  //
+  // The confirm commits without waiting for its WAL flush when it can bound
+  // what a crash before that flush would leave (unflushed, below): the row
+  // and place as the release wrote them, durably, which the queue gives to
+  // another waiter only once the offer lapses (offered_until: an offer no
+  // longer lapses when its waiter's backend dies, offer_cte) or the row goes
+  // stale (its last_heartbeat, the release's, plus the waiter's threshold).
+  // The answer's third column is that bound in ms from now (NULL: committed
+  // synchronously), and the grant is provisional until a synchronous commit
+  // of the same server session (whose flush passes this commit's) shows it
+  // durable: the holder's first heartbeat, sent at once (GrantBook). Only a
+  // place bound to this very backend (waiter_pid): a crash then ends this
+  // connection, so the heartbeat that proves the grant runs in another
+  // session and proves nothing (behind a pooler, the server connection
+  // could change under one client session). Only with enough left (the
+  // window, in seconds; negative: never, PostgresOptions::unflushed_confirm_window):
+  // a bound shorter than the first heartbeat's round trip would lose the
+  // lease it grants. A campaign's announcement rides on the same commit:
+  // observers may hear of a term a crash then takes back, as after an
+  // asynchronous failover (ObserverCursor: another history, nobody leads).
   const auto confirm_offer_sql = [&](const ElectionParts* announce) {
-    return "WITH cfg AS (SELECT " + std::string(forced_synchronous_commit) + ", set_config('lock_timeout', $5, true),"
-           " $6::text AS host),"
+    const std::string window = announce ? "$9" : "$7";  // after the campaign's hash and value
+    const std::string provisional =
+        " prov AS (SELECT least(q.offered_until, t.last_heartbeat + coalesce(t.holder_stale_s, 0) * interval '1 second')"
+        " - now() AS left_for FROM " + q + " AS q, " + t + " AS t WHERE q.lock_name = $1 AND q.ticket = $4"
+        " AND q.waiter_token = $3::bigint AND q.offered_fence IS NOT NULL AND q.waiter_pid = pg_backend_pid()"
+        " AND t.locked = 1 AND t.lock_name = $1 AND t.instance_id = $2 AND t.grant_token = $3::bigint"
+        " AND t.fence = q.offered_fence),"
+        " unflushed AS (SELECT left_for FROM prov WHERE " + window + "::float8 >= 0 AND left_for > interval '0'"
+        " AND left_for >= " + window + "::float8 * interval '1 second'),";
+    return "WITH" + provisional + " cfg AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM unflushed)"
+           " THEN set_config('synchronous_commit', 'off', true) ELSE " + std::string(forced_synchronous_commit) + " END,"
+           " set_config('lock_timeout', $5, true), $6::text AS host),"
            " conf AS (UPDATE " + t + " AS t SET last_heartbeat = now() FROM cfg WHERE t.locked = 1 AND t.lock_name = $1"
            " AND t.instance_id = $2 AND t.grant_token = $3::bigint RETURNING t.fence),"
            " conf_out AS (DELETE FROM " + q + " AS q WHERE q.lock_name = $1 AND q.ticket = $4"
            " AND q.waiter_token = $3::bigint AND EXISTS (SELECT 1 FROM conf) RETURNING 1)" +
            (announce ? "," + announce->ctes : std::string()) +
-           " SELECT (SELECT fence FROM conf), (SELECT count(*) FROM conf_out)" +
+           " SELECT (SELECT fence FROM conf), (SELECT count(*) FROM conf_out),"
+           " (SELECT floor(extract(epoch FROM left_for) * 1000)::bigint FROM unflushed)" +
            (announce ? announce->columns : std::string());
   };
   s.confirm_offer = {"pgmutex_confirm_offer", confirm_offer_sql(nullptr)};
@@ -318,9 +361,9 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // between them, was that offer's runner-up, the one waiter who looks when
   // the offer lapses (a frozen head): the next live waiter behind it is told
   // instead, in an offer's payload naming it the runner-up, with the ms the
-  // offer may still stand (0 if it lapsed: its head died, or its deadline
-  // passed). Otherwise the line waited for its net look (its stale
-  // threshold) behind a frozen head. A place another statement holds is not
+  // offer may still stand (0 if it lapsed: its deadline passed). Otherwise
+  // the line waited for its net look (its stale threshold) behind a frozen
+  // head. A place another statement holds is not
   // named (SKIP LOCKED): one whose own dequeue runs (two waiters leaving at
   // once would name each other, and the next one be told by neither), or
   // one a release or queued try holds, which makes an offer of its own. The

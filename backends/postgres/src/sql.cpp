@@ -258,8 +258,8 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
   // The queue's rule (issue 17): a plain try loses to any live waiter that
   // has no offer yet, and to an offer that has not lapsed (the offered row
   // reads as a holder whose token is 0, so nobody adopts it); it takes over
-  // an offer that lapsed (its waiter died, or let its handoff deadline pass)
-  // as it takes over a stale row. The backend-status snapshot is read only
+  // an offer that lapsed (its handoff deadline passed: see offer_cte in
+  // queue_sql.cpp) as it takes over a stale row. The backend-status snapshot is read only
   // when the lock has queue rows; a losing try still writes nothing.
   const std::string q = quoted_queue(table);
   // `announce`: a campaign's try (TableStatements::election_acquire): a
@@ -271,7 +271,7 @@ TableStatements make_statements(std::string_view table, bool heartbeat_synchrono
                " FROM " + t + " WHERE locked = 1 AND lock_name = $1),"
                " queued AS (SELECT 1 FROM " + q + " AS q WHERE q.lock_name = $1 AND q.offered_fence IS NULL AND " +
                    alive("q") + " LIMIT 1),"
-               " offered AS (SELECT (q.offered_until < now() OR NOT " + alive("q") + ") AS lapsed FROM " + q + " AS q"
+               " offered AS (SELECT q.offered_until < now() AS lapsed FROM " + q + " AS q"
                " JOIN cur ON cur.fence = q.offered_fence AND cur.token = q.waiter_token AND cur.instance_id = q.instance_id"
                " WHERE q.lock_name = $1)," + grace_ctes(table) +
                " ins AS ("

@@ -118,6 +118,8 @@ AcquireResult read_confirmed_offer(const Rows& rows) {
   if (rows.is_null(0, 0)) return out;
   out.acquired = true;
   out.fence = fence_of(rows.text(0, 0));
+  // Committed unflushed: how long the offer it confirmed may stand at least (queue_sql.cpp).
+  if (!rows.is_null(0, 2)) out.provisional_for = std::chrono::milliseconds(std::stoll(rows.text(0, 2)));
   return out;
 }
 

@@ -155,11 +155,15 @@ class GrantBook {
   // ---- changed by the mutex ----------------------------------------------
 
   // A new grant whose lease counts from `sent` (when the server stamped the
-  // row, on our clock, never later). Returns its generation.
+  // row, on our clock, never later). Returns its generation. `provisional`
+  // (above zero): the grant is not durable yet (AcquireResult::provisional_for),
+  // so its lease ends at `sent + provisional` at the latest, its first
+  // heartbeat is due at once and commits synchronously, and only such a
+  // heartbeat answered in the same server session (`at`) lifts that end.
   // begin() and end() run once per acquire/release cycle each, from one
   // caller: inlined there, they cost no call and no spill.
   PGMUTEX_ALWAYS_INLINE std::uint64_t begin(Fence fence, GrantToken token, time_point sent, time_point next_beat,
-                                            ServerSession at) {
+                                            ServerSession at, duration provisional = duration::zero()) {
     LightLock lock(mutex_);
     if (held_ && (lost_ || past_deadline(sent))) ended_lost_.push_back(generation_);  // its guard still answers lost()
     last_good_session_ = at.session;
@@ -174,8 +178,15 @@ class GrantBook {
     failures_ = 0;
     beat_in_flight_ = false;
     if (stop_source_) stop_source_.reset();
-    last_good_send_ = trusted_send_ = sent;  // an acquire commits synchronously
+    last_good_send_ = trusted_send_ = sent;  // an acquire commits synchronously (but see `provisional`)
     next_beat_at_ = std::min(next_beat, sent + lease_);
+    provisional_until_ = time_point::max();
+    if (provisional > duration::zero()) [[unlikely]] {
+      provisional_until_ = sent + std::min(provisional, lease_);
+      provisional_session_ = at.session;
+      provisional_since_ = sent;
+      next_beat_at_ = sent;
+    }
     note_deadline();
     return generation_;
   }
@@ -273,6 +284,7 @@ class GrantBook {
     }
     if (answer) {
       const time_point trusted_before = trusted_send_;
+      bool trusted_before_changed = false;  // the provisional end lifted
       // Never un-lose: a late success after the deadline changes nothing (checked above).
       if (at.history != last_good_history_) {
         // A failover (or another cluster) since the last good answer: what
@@ -288,8 +300,16 @@ class GrantBook {
         // Nor is what the holder announced (see note_announced).
         reannounce_due_ = announced_.has_value();
       } else {
-        if (!asynchronous_ || at.durability.durable) trusted_send_ = std::max(trusted_send_, sent);
+        const bool durable = !asynchronous_ || at.durability.durable;
+        if (durable) trusted_send_ = std::max(trusted_send_, sent);
         else confirm(sent, now, at);
+        // A provisional grant is durable once a synchronous commit of the
+        // server session that granted it is: its WAL flush passes the grant's.
+        // Another session may be after a crash that took the grant back.
+        if (durable && provisional_until_ != time_point::max() && at.session == provisional_session_) {
+          provisional_until_ = time_point::max();
+          trusted_before_changed = true;
+        }
         if (sent > last_good_send_) {
           last_good_send_ = sent;
           last_good_session_ = at.session;
@@ -297,11 +317,11 @@ class GrantBook {
       }
       failures_ = 0;
       out.reannounce = reannounce_due_;
-      if (trusted_send_ != trusted_before) {
-        out.renewed = trusted_send_ + lease_;
+      if (trusted_send_ != trusted_before || trusted_before_changed) {
+        out.renewed = deadline();
         note_deadline();
       }
-      if (automatic) next_beat_at_ = std::min(now + interval, trusted_send_ + lease_);
+      if (automatic) next_beat_at_ = std::min(now + interval, deadline());
     } else if (answer.error() == Errc::lock_not_held) {
       out.lost = lose(Error(Errc::lease_lost, "row gone or granted to another holder: " + answer.error().detail));
       return out;
@@ -310,7 +330,7 @@ class GrantBook {
       out.failures = ++failures_;
       if (automatic) {
         const duration backoff = retry_base * (1 << std::min(failures_ - 1, 6));
-        next_beat_at_ = std::min(now + std::min(interval, backoff), trusted_send_ + lease_);
+        next_beat_at_ = std::min(now + std::min(interval, backoff), deadline());
       }
     }
     out.next_wakeup = next_wakeup();
@@ -380,7 +400,7 @@ class GrantBook {
   // for sure; none (the largest value) while no grant is held or once it is lost.
   PGMUTEX_ALWAYS_INLINE void note_deadline() noexcept {
     using tick = typename time_point::duration;
-    const auto due = held_ && !lost_ ? std::chrono::floor<tick>(trusted_send_ + lease_).time_since_epoch().count()
+    const auto due = held_ && !lost_ ? std::chrono::floor<tick>(deadline()).time_since_epoch().count()
                                      : std::numeric_limits<typename tick::rep>::max();
     due_.store(due, std::memory_order_release);
   }
@@ -393,7 +413,12 @@ class GrantBook {
   }
 
   // Called with mutex_ held.
-  [[nodiscard]] bool past_deadline(time_point now) const noexcept { return held_ && now - trusted_send_ >= lease_; }
+  [[nodiscard]] bool past_deadline(time_point now) const noexcept {
+    return held_ && (now - trusted_send_ >= lease_ || now >= provisional_until_);
+  }
+
+  // Called with mutex_ held: when the lease ends, unless renewed.
+  [[nodiscard]] time_point deadline() const noexcept { return std::min(trusted_send_ + lease_, provisional_until_); }
 
   // Called with mutex_ held: whether the next heartbeat must commit
   // synchronously. Asynchronous ones count only once the server shows them
@@ -401,11 +426,17 @@ class GrantBook {
   // or busy may show none for longer than the lease, and the lease would be
   // lost on a healthy server. Half the lease without proof: one durable beat.
   [[nodiscard]] bool durable_due(time_point now) const noexcept {
-    return asynchronous_ && now - trusted_send_ >= lease_ / 2;
+    return provisional_until_ != time_point::max() || (asynchronous_ && now - trusted_send_ >= lease_ / 2);
   }
 
   // Called with mutex_ held: why a lease whose deadline passed at `now` is lost.
   Error deadline_passed(time_point now) const {
+    if (now - trusted_send_ < lease_)  // the provisional end (begin)
+      return Error(Errc::lease_lost,
+                   "the grant a queued wait confirmed without waiting for the server's WAL flush was not shown durable"
+                   " in time: no heartbeat committed synchronously in the server session that granted it within " +
+                       seconds(provisional_until_ - provisional_since_) +
+                       " (a reconnect, or a server crash that may have taken the grant back)");
     std::string why = "no successful heartbeat for " + seconds(now - trusted_send_) + " (lease " + seconds(lease_) + ")";
     if (trusted_send_ != last_good_send_)
       why += "; the last, " + seconds(now - last_good_send_) +
@@ -425,8 +456,7 @@ class GrantBook {
   // Called with mutex_ held: the lease deadline always; the next beat too
   // unless one is on its way (its answer schedules the next).
   time_point next_wakeup() const noexcept {
-    const time_point deadline = trusted_send_ + lease_;
-    return beat_in_flight_ ? deadline : std::min(next_beat_at_, deadline);
+    return beat_in_flight_ ? deadline() : std::min(next_beat_at_, deadline());
   }
 
   static std::string seconds(duration d) {
@@ -461,6 +491,11 @@ class GrantBook {
   std::vector<std::uint64_t> ended_lost_;  // grants that ended lost while their guards live
   time_point trusted_send_{};          // the one the lease counts from: the last, or with asynchronous commits the last confirmed durable
   time_point next_beat_at_{};
+  // A provisional grant's end (begin), the largest value once durable or
+  // for a durable grant; the server session that granted it; its send.
+  time_point provisional_until_ = time_point::max();
+  std::uint64_t provisional_session_ = 0;
+  time_point provisional_since_{};
   std::optional<std::stop_source> stop_source_;
   Error lost_reason_;
   std::optional<std::string> announced_;  // an election's value, as the server took it (see note_announced)

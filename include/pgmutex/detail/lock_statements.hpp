@@ -341,7 +341,9 @@ class LockStatements {
       queued.outcome_unknown = false;
       if (outcome->acquired) {
         if (outcome->reclaimed) return Attempt::won(outcome->fence, queued.token, sent, session_of_last(), std::move(outcome->holder));
-        return Attempt::won(outcome->fence, queued.token, sent, session_of_last());
+        Attempt won = Attempt::won(outcome->fence, queued.token, sent, session_of_last());
+        won.provisional_for = outcome->provisional_for;  // a confirm that committed unflushed
+        return won;
       }
       if (outcome->queue_place_lost) return Attempt::lost_place(std::move(outcome->holder), outcome->fence, outcome->holder_age_s);
       if (outcome->failover_grace_left_s > 0)

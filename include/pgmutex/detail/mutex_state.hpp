@@ -227,11 +227,19 @@ class MutexState {
       return guard_type(Errc::lock_held, HolderInfo{std::move(a.who), a.fence, a.age_s, a.grace_left_s});
     }
     const time_point now = clock.now();
-    const std::uint64_t generation = book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session);
-    arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()), now);
+    const std::uint64_t generation =
+        book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session, a.provisional_for);
+    // A provisional grant's first heartbeat is due at once (GrantBook::begin).
+    const duration provisional = a.provisional_for;
+    if (provisional > duration::zero()) [[unlikely]]
+      arm_wakeup(now, now);
+    else
+      arm_wakeup(std::min(now + options.heartbeat_interval, a.sent + options.lease()), now);
     if (!a.who.empty()) call_stale_reclaimed(metrics, options.lock_name, options.instance_id, a.who);
     call_acquired(metrics, options.lock_name, options.instance_id, a.fence);
-    call_lease_renewed(metrics, options.lock_name, options.instance_id, since_epoch(a.sent + options.lease()));
+    const time_point lease_end = provisional > duration::zero() ? std::min(a.sent + options.lease(), a.sent + provisional)
+                                                                : a.sent + options.lease();
+    call_lease_renewed(metrics, options.lock_name, options.instance_id, since_epoch(lease_end));
     call_acquire_latency(metrics, options.lock_name, options.instance_id,
                          std::chrono::duration<double>(now - a.sent).count());
     add_owner();

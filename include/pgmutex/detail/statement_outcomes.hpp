@@ -29,6 +29,7 @@ struct AcquireAttempt {
   double age_s;
   double grace_left_s;     // taken: > 0 if refused by a failover grace (who: "(failover grace)")
   ServerSession session;   // won: the server session that granted it
+  std::chrono::nanoseconds provisional_for{0};  // won: not yet durable (AcquireResult::provisional_for)
   std::string who;             // won by reclaim: the previous holder; taken: the holder
   std::optional<Error> error;  // failed: why
 

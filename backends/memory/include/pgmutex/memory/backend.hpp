@@ -559,19 +559,22 @@ class MemoryBackend {
     return w != nullptr && w->instance_id == row.instance_id ? w : nullptr;
   }
 
-  // Free, stale for `stale` (and the holder's threshold), or an offer that lapsed.
+  // Free, stale for `stale` (and the holder's threshold), or an offer that
+  // lapsed: at its deadline only, as on Postgres (queue_sql.cpp, offer_cte),
+  // even if its waiter died.
   bool available(const MemoryServer::Row& row, detail::WaiterQueue& line, std::chrono::nanoseconds stale,
                  std::chrono::nanoseconds now) const {
     if (!row.present || row.last_heartbeat < now - std::max(stale, row.stale_threshold)) return true;
     const detail::Waiter* offer = offer_on(row, line);
-    return offer != nullptr && (offer->offered_until < now || !server_->alive(*offer));
+    return offer != nullptr && offer->offered_until < now;
   }
 
-  // Removes the dead waiters, and those whose offer is not the row's any more.
+  // Removes the dead waiters not offered the lock, and those whose offer is
+  // not the row's any more (the row's own offer stands until it lapses).
   void sweep(const MemoryServer::Row& row, MemoryServer::Table& table, detail::WaiterQueue& line) {
     table.waiting -= line.remove_if([&](const detail::Waiter& w) {
-      if (!server_->alive(w)) return true;
-      return w.offered_fence != 0 && !(row.present && row.fence == w.offered_fence && row.token == w.token);
+      if (w.offered_fence != 0) return !(row.present && row.fence == w.offered_fence && row.token == w.token);
+      return !server_->alive(w);
     });
   }
 
