@@ -400,3 +400,73 @@ TEST_CASE("a waiter without a timeout looks again when its hourly limit passes, 
   CHECK(w.row()->instance_id == "b");
   CHECK(w.queue().empty());
 }
+
+// The in-memory model of a confirm that skips its flush
+// (MemoryServer::set_unflushed_confirms, as PostgresBackend's): the grant is
+// provisional for what the offer has left; a restart before the confirm is
+// durable brings the place back, offered, and nobody else is granted the lock
+// before the offer lapses. After a synchronous commit, or the WAL writer's
+// round, a restart keeps it.
+TEST_CASE("a confirm committed asynchronously is provisional, and a restart before its flush brings the offer back",
+          "[queue][provisional]") {
+  Simulation sim;
+  sim.server().set_asynchronous_heartbeats(30s);
+  sim.server().set_unflushed_confirms(250ms);
+  auto admin = sim.instance(opts("admin"));
+  admin.create_schema();
+  RawHolder raw(sim);
+  const LockRef lock{"mutex_lock", lock_name};
+  const auto request = [&](MemoryBackend& on, const char* name, GrantToken token) {
+    AcquireRequest r{lock, name, 600s, token};
+    auto place = on.enqueue(r, 10s);
+    REQUIRE(place);
+    r.queue_ticket = place->ticket;
+    return r;
+  };
+  MemoryBackend w = sim.connection("w"), c = sim.connection("c");
+  const AcquireRequest wr = request(w, "w", 0x22), cr = request(c, "c", 0x33);
+  raw.release();  // offered to w until 10 s from now
+  sim.advance(1s);
+  auto won = w.try_acquire(wr);
+  REQUIRE(won);
+  REQUIRE(won->acquired);
+  CHECK(won->provisional_for == 9s);  // what the offer has left
+  CHECK(sim.server().peek_queue(lock).size() == 1);  // w's place went with the confirm
+  const auto counts_before = sim.server().unflushed_confirm_counts();
+  CHECK(counts_before.made == 1);
+
+  SECTION("a restart before the flush: the offer stands again until its deadline") {
+    sim.server().restart();
+    CHECK(sim.server().unflushed_confirm_counts().taken_back == 1);
+    const auto line = sim.server().peek_queue(lock);
+    REQUIRE(line.size() == 2);
+    CHECK(line[0].instance_id == "w");
+    CHECK(line[0].offered_fence == won->fence);
+    auto early = c.try_acquire(cr);
+    if (!early) early = c.try_acquire(cr);  // the restart failed the first statement of each connection
+    REQUIRE(early);
+    CHECK_FALSE(early->acquired);
+    sim.advance(9s - 1ms);  // w's provisional end: 10 s after the release
+    auto still = c.try_acquire(cr);
+    REQUIRE(still);
+    CHECK_FALSE(still->acquired);
+    sim.advance(2ms);
+    auto after = c.try_acquire(cr);
+    REQUIRE(after);
+    CHECK(after->acquired);
+    CHECK(after->fence > won->fence);
+  }
+  SECTION("a synchronous commit first (any row's): the restart keeps the grant") {
+    REQUIRE(w.heartbeat(HolderKey{lock, "w", won->fence, 0x22, 0s, /*durable=*/true}));
+    sim.server().restart();
+    CHECK(sim.server().unflushed_confirm_counts().taken_back == 0);
+    CHECK(sim.server().peek_queue(lock).size() == 1);
+    CHECK(sim.server().peek(lock)->instance_id == "w");
+  }
+  SECTION("the WAL writer's round first: the restart keeps the grant") {
+    sim.advance(31s);
+    sim.server().restart();
+    CHECK(sim.server().unflushed_confirm_counts().taken_back == 0);
+    CHECK(sim.server().peek(lock)->instance_id == "w");
+  }
+}

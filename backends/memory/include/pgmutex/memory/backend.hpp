@@ -634,9 +634,15 @@ class MemoryBackend {
     if (request.queue_ticket != 0) {
       // Our grant (offered, or confirmed before a lost reply): confirm it.
       if (row.present && row.token == request.token && detail::same_text(row.instance_id, request.instance_id)) {
+        // Committed asynchronously if the server says so (set_unflushed_confirms): a provisional grant.
+        const detail::Waiter* mine = line.find(request.queue_ticket);
+        if (mine != nullptr && mine->offered_fence == row.fence && mine->token == row.token) [[likely]]
+          result.provisional_for = server_->unflushed_confirm(request.lock.table, request.lock.lock_name, *mine, row, now);
         server_->beat(row);
-        MemoryServer::made_durable(row);
-        server_->flush();
+        if (result.provisional_for == std::chrono::nanoseconds::zero()) {
+          MemoryServer::made_durable(row);
+          server_->flush();
+        }
         table.waiting -= line.remove_if([&](const detail::Waiter& w) { return w.ticket == request.queue_ticket; });
         result.acquired = true;
         result.fence = row.fence;

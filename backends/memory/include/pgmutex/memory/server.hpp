@@ -168,11 +168,34 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return flush_delay_ > std::chrono::nanoseconds::zero();
   }
 
+  // A queued waiter's confirm of its offer commits asynchronously too, as
+  // PostgresBackend's does (PostgresOptions::unflushed_confirm_window), when
+  // heartbeats do (set_asynchronous_heartbeats) and the offer has at least
+  // `window` left: the grant is provisional (AcquireResult::provisional_for),
+  // and restart() before it is durable (flush_delay, or the next synchronous
+  // commit) brings the waiter's place back, offered, with the row as the
+  // offer left it. nullopt (the default): every confirm is durable.
+  void set_unflushed_confirms(std::optional<std::chrono::nanoseconds> window) {
+    detail::LightLock lock(mutex_);
+    unflushed_window_ = window;
+  }
+  // How many confirms committed asynchronously, and how many places a
+  // restart brought back (their confirms were not durable yet).
+  struct UnflushedConfirmCounts {
+    std::uint64_t made = 0;
+    std::uint64_t taken_back = 0;
+  };
+  [[nodiscard]] UnflushedConfirmCounts unflushed_confirm_counts() const {
+    detail::LightLock lock(mutex_);
+    return unflushed_counts_;
+  }
+
   // A crash and restart: heartbeats that were not durable yet are forgotten
   // (each such row goes back to its last durable heartbeat), and the next
   // operation fails as its connection did.
   void restart() {
     detail::LightLock lock(mutex_);
+    bring_back_unflushed_confirms();
     for (auto& [name, table] : tables_)
       for (auto& [lock_name, row] : table.rows)
         if (row.present) {
@@ -412,6 +435,43 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
     return time_() + offset_;
   }
 
+  // Called with mutex_ held, by a confirm of `place`'s offer of `row`
+  // (table `table`, lock `lock_name`) at `now`, before it writes: the bound
+  // of the grant it makes if it commits asynchronously, noted for restart();
+  // zero if it commits synchronously.
+  std::chrono::nanoseconds unflushed_confirm(std::string_view table, std::string_view lock_name,
+                                             const detail::Waiter& place, const Row& row, std::chrono::nanoseconds now) {
+    if (!unflushed_window_ || flush_delay_ <= std::chrono::nanoseconds::zero()) [[likely]]
+      return {};
+    const auto left = std::min(place.offered_until, row.last_heartbeat + row.stale_threshold) - now;
+    if (left <= std::chrono::nanoseconds::zero() || left < *unflushed_window_) return {};
+    unflushed_confirms_.push_back(UnflushedConfirm{std::string(table), std::string(lock_name), place, now});
+    ++unflushed_counts_.made;
+    return left;
+  }
+  // Called with mutex_ held, by restart(): the places of confirms that were
+  // not durable yet come back, offered, where the row still carries the offer
+  // (every other write to it since committed synchronously, making them durable).
+  void bring_back_unflushed_confirms() {
+    for (const UnflushedConfirm& c : unflushed_confirms_) {
+      if (durable(c.at)) continue;
+      const auto t = tables_.find(c.table);
+      if (t == tables_.end()) continue;
+      const auto r = t->second.rows.find(c.lock_name);
+      if (r == t->second.rows.end() || !r->second.present || r->second.fence != c.place.offered_fence ||
+          r->second.token != c.place.token)
+        continue;
+      auto q = t->second.queues.find(c.lock_name);
+      if (q == t->second.queues.end()) q = t->second.queues.emplace(c.lock_name, detail::WaiterQueue{}).first;
+      auto& waiters = q->second.waiters;
+      if (q->second.find(c.place.ticket) != nullptr) continue;
+      waiters.insert(std::ranges::lower_bound(waiters, c.place.ticket, {}, &detail::Waiter::ticket), c.place);
+      ++t->second.waiting;
+      ++unflushed_counts_.taken_back;
+    }
+    unflushed_confirms_.clear();
+  }
+
   // Called with mutex_ held. Whether a heartbeat stamped at `t` would survive a crash now.
   bool durable(std::chrono::nanoseconds t) const {
     return flush_delay_ <= std::chrono::nanoseconds::zero() || t <= last_flush_ || t <= now() - flush_delay_;
@@ -484,6 +544,16 @@ class MemoryServer : public std::enable_shared_from_this<MemoryServer> {
   std::optional<std::chrono::nanoseconds> failover_grace_;  // see set_failover_grace
   std::chrono::nanoseconds flush_delay_{};  // zero: heartbeats commit synchronously
   std::chrono::nanoseconds last_flush_{};
+  std::optional<std::chrono::nanoseconds> unflushed_window_;  // see set_unflushed_confirms
+  // A confirm committed asynchronously: where, the place it took out, when.
+  struct UnflushedConfirm {
+    std::string table;
+    std::string lock_name;
+    detail::Waiter place;
+    std::chrono::nanoseconds at{};
+  };
+  std::vector<UnflushedConfirm> unflushed_confirms_;  // since the last restart
+  UnflushedConfirmCounts unflushed_counts_;
   // restart()s and fail_over()s so far: the server session. Changed with
   // mutex_ held; read without it, like history_ (a session read per acquire).
   std::atomic<std::uint64_t> restarts_{0};
