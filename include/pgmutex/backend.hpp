@@ -103,9 +103,10 @@ struct AcquireResult {
   // WAL flush. A server crash before that flush takes the grant back to the
   // offer the release made durably, which nobody else may take before this
   // long after the statement was sent. The mutex counts the lease from the
-  // send as usual but ends it there at the latest, and heartbeats at once:
-  // a synchronous commit in the same server session (its flush passes this
-  // one's) makes the grant durable, and the whole lease applies.
+  // send as usual but ends it before that (the share of it its lease is of
+  // its stale threshold: the same margin against clock drift), and
+  // heartbeats at once: a synchronous commit in the same server session (its
+  // flush passes this one's) makes the grant durable, and the whole lease applies.
   std::chrono::nanoseconds provisional_for{0};
 };
 

@@ -84,7 +84,7 @@ Outcome<AcquireResult> confirm_offer(Impl& impl, Session& session, const Bound& 
     params.emplace_back(announce->value);
   }
   if (const auto& window = impl.options.unflushed_confirm_window; window && !impl.core) {
-    params.push_back(seconds_param(std::max(*window, std::chrono::nanoseconds::zero())));
+    params.push_back(seconds_param(std::max<std::chrono::nanoseconds>(*window, std::chrono::milliseconds(1))));
   } else {
     // None: the confirm waits for its flush. A Session's too: its first
     // heartbeat would go out in a batch of its own, with another statement

@@ -295,7 +295,8 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
   // connection, so the heartbeat that proves the grant runs in another
   // session and proves nothing (behind a pooler, the server connection
   // could change under one client session). Only with enough left (the
-  // window, in seconds; negative: never, PostgresOptions::unflushed_confirm_window):
+  // window, in seconds, 1 ms at least, so that the bound in whole ms is never
+  // 0; negative: never, PostgresOptions::unflushed_confirm_window):
   // a bound shorter than the first heartbeat's round trip would lose the
   // lease it grants. A campaign's announcement rides on the same commit:
   // observers may hear of a term a crash then takes back, as after an
@@ -308,8 +309,8 @@ void add_queue_statements(TableStatements& s, std::string_view table) {
         " AND q.waiter_token = $3::bigint AND q.offered_fence IS NOT NULL AND q.waiter_pid = pg_backend_pid()"
         " AND t.locked = 1 AND t.lock_name = $1 AND t.instance_id = $2 AND t.grant_token = $3::bigint"
         " AND t.fence = q.offered_fence),"
-        " unflushed AS (SELECT left_for FROM prov WHERE " + window + "::float8 >= 0 AND left_for > interval '0'"
-        " AND left_for >= " + window + "::float8 * interval '1 second'),";
+        " unflushed AS (SELECT left_for FROM prov WHERE " + window + "::float8 >= 0"
+        " AND left_for >= greatest(" + window + "::float8, 0.001) * interval '1 second'),";
     return "WITH" + provisional + " cfg AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM unflushed)"
            " THEN set_config('synchronous_commit', 'off', true) ELSE " + std::string(forced_synchronous_commit) + " END,"
            " set_config('lock_timeout', $5, true), $6::text AS host),"

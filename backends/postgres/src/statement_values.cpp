@@ -119,7 +119,10 @@ AcquireResult read_confirmed_offer(const Rows& rows) {
   out.acquired = true;
   out.fence = fence_of(rows.text(0, 0));
   // Committed unflushed: how long the offer it confirmed may stand at least (queue_sql.cpp).
-  if (!rows.is_null(0, 2)) out.provisional_for = std::chrono::milliseconds(std::stoll(rows.text(0, 2)));
+  // Never 0 (which says durable): the statement asks for 1 ms left at least.
+  if (!rows.is_null(0, 2))
+    out.provisional_for = std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(std::stoll(rows.text(0, 2))),
+                                                             std::chrono::nanoseconds(1));
   return out;
 }
 

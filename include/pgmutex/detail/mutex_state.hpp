@@ -227,10 +227,18 @@ class MutexState {
       return guard_type(Errc::lock_held, HolderInfo{std::move(a.who), a.fence, a.age_s, a.grace_left_s});
     }
     const time_point now = clock.now();
+    // A provisional grant (a confirm that skipped its flush) ends where the
+    // server would pass the offer on, less the share the lease leaves of the
+    // stale threshold: the same margin against a clock slower than the
+    // server's as every lease keeps.
+    duration provisional = a.provisional_for;
+    if (provisional > duration::zero()) [[unlikely]]
+      provisional = std::max(duration(1), std::chrono::duration_cast<duration>(
+                                              provisional * (std::chrono::duration<double>(options.lease()).count() /
+                                                             std::chrono::duration<double>(options.stale_threshold).count())));
     const std::uint64_t generation =
-        book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session, a.provisional_for);
+        book.begin(a.fence, a.token, a.sent, now + options.heartbeat_interval, a.session, provisional);
     // A provisional grant's first heartbeat is due at once (GrantBook::begin).
-    const duration provisional = a.provisional_for;
     if (provisional > duration::zero()) [[unlikely]]
       arm_wakeup(now, now);
     else

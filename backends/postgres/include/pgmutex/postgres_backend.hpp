@@ -132,8 +132,9 @@ struct PostgresOptions {
   // machine with an SSD): a server crash before the flush would take the
   // grant back to the offer, which nobody else may take before the offer's
   // deadline. So the grant is provisional (AcquireResult::provisional_for):
-  // the mutex ends its lease at that deadline at the latest and heartbeats at
-  // once; a synchronous commit of the same connection shows the grant durable.
+  // the mutex ends its lease before that deadline (by the share of it that the
+  // lease is of the stale threshold) and heartbeats at once; a synchronous
+  // commit of the same connection shows the grant durable. 1 ms at least.
   // Only on a connection that is the waiter's own server process (not through
   // a pooler) and not a Session's. A campaign's announcement rides on the
   // same commit: observers may hear of a term that a crash then takes back,
