@@ -470,3 +470,51 @@ TEST_CASE("a confirm committed asynchronously is provisional, and a restart befo
     CHECK(sim.server().peek(lock)->instance_id == "w");
   }
 }
+
+namespace {
+
+// Each lease deadline a mutex announces (the lease_renewed hook).
+struct LeaseDeadlines {
+  std::shared_ptr<std::vector<std::chrono::nanoseconds>> seen = std::make_shared<std::vector<std::chrono::nanoseconds>>();
+  void lease_renewed(std::string_view, std::string_view, std::chrono::nanoseconds deadline) { seen->push_back(deadline); }
+};
+
+}  // namespace
+
+// A provisional grant ends short of the offer's deadline by the margin every
+// lease keeps: the share of the bound that the lease is of the stale
+// threshold (a client clock slower than the server's must not outlast the
+// offer). Its first heartbeat, at once, gives it the whole lease.
+TEST_CASE("a provisional grant ends at the lease's share of what the offer has left, until its first heartbeat",
+          "[queue][provisional]") {
+  Simulation sim;
+  sim.server().set_asynchronous_heartbeats(30s);
+  sim.server().set_unflushed_confirms(250ms);
+  auto admin = sim.instance(opts("admin"));
+  admin.create_schema();
+  RawHolder raw(sim);
+  Options o = opts("w");
+  o.stale_threshold = 100s;
+  o.safety_margin = 20s;  // lease 80 s: 80% of the stale threshold
+  o.handoff_deadline = 10s;
+  LeaseDeadlines deadlines;
+  auto w = sim.instance(o, deadlines, 1.0);
+  std::optional<Result<BasicSimMutex<LeaseDeadlines>::guard_type>> got;
+  sim.executor().spawn([&] { got = w.acquire(nothrow, std::chrono::nanoseconds(60s)); });
+  sim.executor().run_due();  // it queues
+  const auto released = sim.now().time_since_epoch();
+  raw.release();  // the offer stands 10 s
+  sim.advance(1s);
+  REQUIRE(got);
+  REQUIRE(*got);
+  REQUIRE(deadlines.seen->size() >= 1);
+  // Confirmed d after the release (the waiter's wake-up, under 1 s), with
+  // 10 s - d left: the lease ends d + 80% of that after the release, where
+  // without the margin it would end with the offer, 10 s after it.
+  const auto first = deadlines.seen->front() - released;
+  CHECK(first >= 8s);
+  CHECK(first <= 8200ms);
+  REQUIRE(deadlines.seen->size() == 2);  // the first heartbeat, at once, lifted it
+  CHECK(deadlines.seen->back() - released >= 80s);
+  CHECK((*got)->release(nothrow));
+}
