@@ -482,9 +482,12 @@ TEST_CASE("random schedules of acquires, releases, partitions, hangs, restarts a
   if (seeds.size() > 100) {
     CHECK(restarts > 0);
     CHECK(pauses > 0);
-    // Provisional grants (a restart that takes one back is rare here: the
-    // first heartbeat, at once, makes it durable; tests/unit/test_queue.cpp
-    // takes one back on purpose).
+  }
+  // Provisional grants: about 2 in 1,000 seeds, so only the long runs are
+  // sure to meet some (a slice of 500 met none). A restart that takes one
+  // back is rarer still (the first heartbeat, at once, makes it durable):
+  // tests/unit/test_queue.cpp takes one back on purpose.
+  if (seeds.size() >= 10000) {
     INFO("provisional grants " << provisional << ", confirms taken back " << taken_back);
     CHECK(provisional > 0);
   }
