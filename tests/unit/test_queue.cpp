@@ -401,6 +401,18 @@ TEST_CASE("a waiter without a timeout looks again when its hourly limit passes, 
   CHECK(w.queue().empty());
 }
 
+namespace {
+
+// A server whose heartbeats and confirms commit asynchronously (a 30 s WAL
+// writer), with the lock table made.
+void confirm_unflushed(Simulation& sim) {
+  sim.server().set_asynchronous_heartbeats(30s);
+  sim.server().set_unflushed_confirms(250ms);
+  sim.instance(opts("admin")).create_schema();
+}
+
+}  // namespace
+
 // The in-memory model of a confirm that skips its flush
 // (MemoryServer::set_unflushed_confirms, as PostgresBackend's): the grant is
 // provisional for what the offer has left; a restart before the confirm is
@@ -410,10 +422,7 @@ TEST_CASE("a waiter without a timeout looks again when its hourly limit passes, 
 TEST_CASE("a confirm committed asynchronously is provisional, and a restart before its flush brings the offer back",
           "[queue][provisional]") {
   Simulation sim;
-  sim.server().set_asynchronous_heartbeats(30s);
-  sim.server().set_unflushed_confirms(250ms);
-  auto admin = sim.instance(opts("admin"));
-  admin.create_schema();
+  confirm_unflushed(sim);
   RawHolder raw(sim);
   const LockRef lock{"mutex_lock", lock_name};
   const auto request = [&](MemoryBackend& on, const char* name, GrantToken token) {
@@ -488,10 +497,7 @@ struct LeaseDeadlines {
 TEST_CASE("a provisional grant ends at the lease's share of what the offer has left, until its first heartbeat",
           "[queue][provisional]") {
   Simulation sim;
-  sim.server().set_asynchronous_heartbeats(30s);
-  sim.server().set_unflushed_confirms(250ms);
-  auto admin = sim.instance(opts("admin"));
-  admin.create_schema();
+  confirm_unflushed(sim);
   RawHolder raw(sim);
   Options o = opts("w");
   o.stale_threshold = 100s;

@@ -284,7 +284,7 @@ class GrantBook {
     }
     if (answer) {
       const time_point trusted_before = trusted_send_;
-      bool trusted_before_changed = false;  // the provisional end lifted
+      bool provisional_lifted = false;
       // Never un-lose: a late success after the deadline changes nothing (checked above).
       if (at.history != last_good_history_) {
         // A failover (or another cluster) since the last good answer: what
@@ -308,7 +308,7 @@ class GrantBook {
         // Another session may be after a crash that took the grant back.
         if (durable && provisional_until_ != time_point::max() && at.session == provisional_session_) {
           provisional_until_ = time_point::max();
-          trusted_before_changed = true;
+          provisional_lifted = true;
         }
         if (sent > last_good_send_) {
           last_good_send_ = sent;
@@ -317,7 +317,7 @@ class GrantBook {
       }
       failures_ = 0;
       out.reannounce = reannounce_due_;
-      if (trusted_send_ != trusted_before || trusted_before_changed) {
+      if (trusted_send_ != trusted_before || provisional_lifted) {
         out.renewed = deadline();
         note_deadline();
       }
