@@ -17,6 +17,8 @@
 #   --waiters N         queued waiters in the handoffs scenario (default 10)
 #   --json PATH         where the raw numbers go (default ./bench_handoff.json)
 #   --no-install        do not run scripts/install-deps --bench first
+#   --odd-pgmutex PATH  odd-numbered pgmutex clients run PATH instead: an A/B of two builds
+#                       within one run, the handoffs to each reported apart
 # Run it under `nice` on a shared machine.
 set -euo pipefail
 
@@ -24,7 +26,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 handoffs=20 fifo_handoffs=100 systems=pgmutex,etcd,zookeeper scenarios=handoffs,idle,dead-head
-spacing=0.3 waiters=10 json_out="$PWD/bench_handoff.json" install=1 pgmutex=""
+spacing=0.3 waiters=10 json_out="$PWD/bench_handoff.json" install=1 pgmutex="" odd_pgmutex=""
 original_args=("$@")
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -36,12 +38,14 @@ while [[ $# -gt 0 ]]; do
     --waiters) waiters=$2; shift 2 ;;
     --json) json_out=$(realpath -m "$2"); shift 2 ;;
     --no-install) install=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --odd-pgmutex) odd_pgmutex=$(realpath "$2"); shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_handoff: unknown option $1" >&2; exit 2 ;;
     *) pgmutex=$(realpath "$1"); shift ;;
   esac
 done
 [[ -n "$pgmutex" && -x "$pgmutex" ]] || { echo "usage: $0 [OPTIONS] PGMUTEX_BINARY (see --help)" >&2; exit 2; }
+[[ -z "$odd_pgmutex" || -x "$odd_pgmutex" ]] || { echo "bench_handoff: --odd-pgmutex $odd_pgmutex is not executable" >&2; exit 2; }
 
 # Outside with-postgres: install what is missing, then run the rest inside a throwaway Postgres.
 # with-postgres acts on a signal only once its command has ended, so the run goes in its own
@@ -103,7 +107,7 @@ echo "shared_preload_libraries = 'pg_stat_statements'" >>"$PGMUTEX_TEST_PGDATA/p
 $PGMUTEX_TEST_PGCTL restart -m fast >/dev/null
 psql -X -q -d postgres -c "CREATE EXTENSION pg_stat_statements" >/dev/null
 # Every client reaches its server over loopback TCP, Postgres included.
-export BENCH_PGMUTEX="$pgmutex"
+export BENCH_PGMUTEX="$pgmutex" BENCH_PGMUTEX_ODD="$odd_pgmutex"
 export BENCH_PG_DSN="host=127.0.0.1 port=$PGPORT dbname=pgmutex user=postgres"
 "$pgmutex" schema --dsn "$BENCH_PG_DSN" >/dev/null
 
@@ -201,7 +205,7 @@ done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$python" "$here/handoff_stats.py" --json "$json_out" \
-  --meta "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" --meta "pgmutex=$pgmutex" \
+  --meta "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" --meta "pgmutex=$pgmutex" --meta "odd_pgmutex=$odd_pgmutex" \
   --meta "postgres=$(psql -XAtq -d postgres -c 'SHOW server_version')" \
   --meta "etcd=$(/usr/bin/etcd --version | awk '/etcd Version/ {print $3}')" \
   --meta "zookeeper=$(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo none)" \

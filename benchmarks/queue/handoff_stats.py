@@ -69,6 +69,13 @@ def handoff_figures(record: dict) -> dict:
         "max_overtaking": max(overtaken.values()) if overtaken else None,
         "overtaken_waiters": sum(1 for v in overtaken.values() if v > 0),
     }
+    # --odd-pgmutex: the handoffs to even- and odd-numbered clients (two builds) apart.
+    if record["system"] == "pgmutex" and record.get("odd_pgmutex"):
+        for parity, name in ((0, "even"), (1, "odd")):
+            mine = [(grants[i + 1][1] - ends[grants[i][0]]) * 1000.0
+                    for i in range(len(grants) - 1) if grants[i][0] in ends and grants[i + 1][0] % 2 == parity]
+            figures[f"handoff_median_ms_to_{name}"] = statistics.median(mine) if mine else None
+            figures[f"handoffs_to_{name}"] = len(mine)
     figures.update(request_figures(record, handoffs))
     if "whole_run_after" in record:
         before, after = record["whole_run_before"], record["whole_run_after"]
@@ -155,6 +162,13 @@ def tables(results: dict) -> str:
             + " | ".join(f"{cell(med[s])} ({cell(of(key, s, 'handoff_p90_ms'))})"
                          + ("" if measured[s] in (None, count) else f" [{measured[s]} measured]") for s in SYSTEMS)
             + f" | {ratio(med['pgmutex'], med['etcd'])} |")
+        even, odd = of(key, "pgmutex", "handoff_median_ms_to_even"), of(key, "pgmutex", "handoff_median_ms_to_odd")
+        if even is not None and odd is not None:
+            handoff_rows.append(
+                f"| {count} handoffs, pgmutex: to even-numbered clients (PGMUTEX_BINARY, "
+                f"{of(key, 'pgmutex', 'handoffs_to_even')}) / to odd-numbered ones (--odd-pgmutex, "
+                f"{of(key, 'pgmutex', 'handoffs_to_odd')}) | {cell(even, '{:.2f}')} / {cell(odd, '{:.2f}')} | | | "
+                f"{ratio(odd, even)} |")
         fifo_rows.append(
             f"| {count} handoffs: Spearman ρ / max overtaking | "
             + " | ".join(f"{cell(of(key, s, 'spearman_rho'), '{:.2f}')} / {cell(of(key, s, 'max_overtaking'), '{:d}')}"

@@ -52,10 +52,13 @@ class Clients:
         self.arrivals: dict[int, float] = {}
         os.makedirs(os.path.join(workdir, "logs"), exist_ok=True)
 
-    def command(self) -> list[str]:
+    def command(self, waiter: int) -> list[str]:
         shell = ["sh", "-c", self.script]
         if self.system == "pgmutex":
-            return [os.environ["BENCH_PGMUTEX"], "run", "--lock", self.lock, "--wait", "--quiet",
+            # bench_handoff.sh --odd-pgmutex: another build for the odd-numbered clients.
+            odd = os.environ.get("BENCH_PGMUTEX_ODD", "")
+            binary = odd if odd and waiter % 2 == 1 else os.environ["BENCH_PGMUTEX"]
+            return [binary, "run", "--lock", self.lock, "--wait", "--quiet",
                     "--dsn", os.environ["BENCH_PG_DSN"], "--"] + shell
         if self.system == "etcd":
             return ["etcdctl", "--endpoints", os.environ["BENCH_ETCD_ENDPOINT"], "lock", "--ttl", "10",
@@ -69,7 +72,7 @@ class Clients:
         env = dict(os.environ, BENCH_W=str(waiter), BENCH_HOLD=f"{hold_s:.3f}")
         log = open(os.path.join(self.workdir, "logs", f"w{waiter}.log"), "wb")
         self.arrivals[waiter] = time.time()
-        proc = subprocess.Popen(self.command(), env=env, stdin=subprocess.DEVNULL, stdout=log,
+        proc = subprocess.Popen(self.command(waiter), env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.procs[waiter] = proc
@@ -269,6 +272,8 @@ def main() -> None:
                     "spacing_s": args.spacing, "waiters": args.waiters, "load_before": os.getloadavg()}
     if args.scenario == "handoffs":
         record["requested_handoffs"] = args.handoffs
+    if args.system == "pgmutex" and os.environ.get("BENCH_PGMUTEX_ODD"):
+        record["odd_pgmutex"] = os.environ["BENCH_PGMUTEX_ODD"]
     if args.scenario == "dead-head":
         record["requested_signal"] = args.signal
     failure = None
