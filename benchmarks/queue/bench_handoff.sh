@@ -38,7 +38,7 @@ while [[ $# -gt 0 ]]; do
     --waiters) waiters=$2; shift 2 ;;
     --json) json_out=$(realpath -m "$2"); shift 2 ;;
     --no-install) install=0; shift ;;
-    --odd-pgmutex) odd_pgmutex=$(realpath "$2"); shift 2 ;;
+    --odd-pgmutex) odd_pgmutex=$(realpath -m "$2"); shift 2 ;;  # checked below, with a message
     -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_handoff: unknown option $1" >&2; exit 2 ;;
     *) pgmutex=$(realpath "$1"); shift ;;

@@ -47,8 +47,10 @@ def handoff_figures(record: dict) -> dict:
     handoffs = record["requested_handoffs"]
     grants = sorted(record["grants"], key=lambda g: g[1])[: handoffs + 1]
     ends = {int(w): t for w, t in record["ends"]}
-    gaps_ms = [(grants[i + 1][1] - ends[grants[i][0]]) * 1000.0
-               for i in range(len(grants) - 1) if grants[i][0] in ends]
+    # Each handoff: who received it, and its gap from the previous holder's end.
+    handed = [(grants[i + 1][0], (grants[i + 1][1] - ends[grants[i][0]]) * 1000.0)
+              for i in range(len(grants) - 1) if grants[i][0] in ends]
+    gaps_ms = [gap for _, gap in handed]
     arrivals = {int(w): t for w, t in record["arrivals"].items()}
     grant_rank = {w: rank for rank, (w, _) in enumerate(grants)}
     last_grant_time = grants[-1][1]
@@ -72,8 +74,7 @@ def handoff_figures(record: dict) -> dict:
     # --odd-pgmutex: the handoffs to even- and odd-numbered clients (two builds) apart.
     if record["system"] == "pgmutex" and record.get("odd_pgmutex"):
         for parity, name in ((0, "even"), (1, "odd")):
-            mine = [(grants[i + 1][1] - ends[grants[i][0]]) * 1000.0
-                    for i in range(len(grants) - 1) if grants[i][0] in ends and grants[i + 1][0] % 2 == parity]
+            mine = [gap for receiver, gap in handed if receiver % 2 == parity]
             figures[f"handoff_median_ms_to_{name}"] = statistics.median(mine) if mine else None
             figures[f"handoffs_to_{name}"] = len(mine)
     figures.update(request_figures(record, handoffs))
