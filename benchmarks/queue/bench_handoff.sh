@@ -212,6 +212,21 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
   --meta "kazoo=$(dpkg-query -W -f='${Version}' python3-kazoo 2>/dev/null || echo none)" \
   --meta "load_average_start=$load_start" --meta "load_average_end=$load_end" \
   --meta "cores=$(nproc)" --meta "nice=$(nice)" "$tmp"/raw/*.json
+if [[ " ${system_list[*]} " == *" pgmutex "* ]]; then
+  # Where the server's time went, whole run (every scenario, set-up included): each statement's
+  # mean execution, the heaviest first. The handoff's own are the release and the confirm.
+  echo
+  echo "### pgmutex's statements on the server, whole run (pg_stat_statements: calls, mean and total execution)"
+  echo
+  echo "| calls | mean µs | total ms | statement (its CTEs, else its start) |"
+  echo "|---:|---:|---:|---|"
+  psql -XAtq -d postgres -c "SELECT '| ' || s.calls || ' | ' || round((s.mean_exec_time * 1000)::numeric) || ' | '
+      || round(s.total_exec_time::numeric) || ' | ' || CASE WHEN s.query LIKE 'EXPLAIN%' THEN 'planned while waiting: ' ELSE '' END
+      || coalesce((SELECT 'WITH ' || string_agg(m[1], ', ') FROM regexp_matches(s.query, '(\w+) AS (?:MATERIALIZED )?\(', 'g') AS m),
+                  replace(left(regexp_replace(s.query, '\s+', ' ', 'g'), 60), '|', '\|'))
+      || ' |' FROM pg_stat_statements AS s JOIN pg_database AS d ON d.oid = s.dbid
+    WHERE d.datname = 'pgmutex' ORDER BY s.total_exec_time DESC LIMIT 8"
+fi
 echo
 echo "Load average (1, 5, 15 min): $load_start at the start, $load_end at the end; $(nproc) cores; niceness $(nice)."
 echo "Raw numbers: $json_out"
