@@ -5,8 +5,8 @@
 # kazoo's Lock (ZooKeeper 3.8), on this machine, in one run. It starts a throwaway Postgres
 # (scripts/with-postgres, pg_stat_statements on), etcd and ZooKeeper on loopback ports below the
 # ephemeral range, runs the same workloads against each (queue_workload.py), prints a markdown
-# table per measurement (handoff_stats.py) and writes the raw numbers to a JSON file. Every
-# server and client it started is gone when it exits, however it exits.
+# table per measurement (handoff_stats.py; for pgmutex, the server's time per statement too) and
+# writes the raw numbers to a JSON file. Every server and client it started is gone when it exits.
 #
 # Options:
 #   --handoffs N        handoffs in the timed run (default 20)
