@@ -11,7 +11,9 @@
 # Options:
 #   --handoffs N        handoffs in the timed run (default 20)
 #   --fifo-handoffs M   handoffs in the longer FIFO run (default 100; 0 skips it)
-#   --systems LIST      comma-separated subset of pgmutex,etcd,zookeeper (default all three)
+#   --systems LIST      comma-separated subset of pgmutex,etcd,zookeeper (default all three), or
+#                       flock too: util-linux's flock(1) on a file, one host and no server, the
+#                       floor that every system's handoff shares (its processes' own share)
 #   --scenarios LIST    comma-separated subset of handoffs,idle,dead-head (default all three)
 #   --spacing S         seconds between the queued waiters' launches (default 0.3)
 #   --waiters N         queued waiters in the handoffs scenario (default 10)
@@ -39,7 +41,7 @@ while [[ $# -gt 0 ]]; do
     --json) json_out=$(realpath -m "$2"); shift 2 ;;
     --no-install) install=0; shift ;;
     --odd-pgmutex) odd_pgmutex=$(realpath -m "$2"); shift 2 ;;  # checked below, with a message
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "bench_handoff: unknown option $1" >&2; exit 2 ;;
     *) pgmutex=$(realpath "$1"); shift ;;
   esac

@@ -9,11 +9,12 @@ import json
 import statistics
 import sys
 
-SYSTEMS = ["pgmutex", "etcd", "zookeeper"]
-TITLES = {"pgmutex": "`pgmutex run --wait`", "etcd": "`etcdctl lock --ttl 10`", "zookeeper": "ZooKeeper (kazoo `Lock`)"}
+SYSTEMS = ["pgmutex", "etcd", "zookeeper", "flock"]
+TITLES = {"pgmutex": "`pgmutex run --wait`", "etcd": "`etcdctl lock --ttl 10`", "zookeeper": "ZooKeeper (kazoo `Lock`)",
+          "flock": "`flock` (the floor: one host, no server)"}
 # The counter each system's "server requests" are read from, and the unit it counts.
 REQUESTS = {"pgmutex": ("statements", "statements"), "etcd": ("grpc_messages_received", "gRPC messages"),
-            "zookeeper": ("packets_received", "packets")}
+            "zookeeper": ("packets_received", "packets"), "flock": ("none", "(no server)")}
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -163,6 +164,14 @@ def tables(results: dict) -> str:
             + " | ".join(f"{cell(med[s])} ({cell(of(key, s, 'handoff_p90_ms'))})"
                          + ("" if measured[s] in (None, count) else f" [{measured[s]} measured]") for s in SYSTEMS)
             + f" | {ratio(med['pgmutex'], med['etcd'])} |")
+        floor = med["flock"]
+        if floor is not None and med["pgmutex"] is not None and med["etcd"] is not None:
+            # What each takes beyond the processes' own share (flock's median, same run).
+            own = {s: med[s] - floor if med[s] is not None else None for s in SYSTEMS}
+            handoff_rows.append(
+                f"| {count} handoffs: beyond the floor (median − flock's) | "
+                + " | ".join(cell(own[s], "{:.2f}") if s != "flock" else "" for s in SYSTEMS)
+                + f" | {ratio(own['pgmutex'], own['etcd'])} |")
         even, odd = of(key, "pgmutex", "handoff_median_ms_to_even"), of(key, "pgmutex", "handoff_median_ms_to_odd")
         if even is not None and odd is not None:
             handoff_rows.append(

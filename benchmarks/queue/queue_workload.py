@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Runs one scenario of issue 17's queue workload against one lock service (pgmutex's CLI,
-# etcdctl lock, or kazoo's Lock through zk_lock.py) and writes what happened, raw, as JSON:
+# etcdctl lock, kazoo's Lock through zk_lock.py, or flock(1) as the floor) and writes what happened, raw, as JSON:
 # who arrived when, who was granted when, the server's request counters around the window.
 # bench_handoff.sh starts the servers and passes their addresses in the environment;
 # handoff_stats.py turns the JSON into figures.
@@ -63,6 +63,11 @@ class Clients:
         if self.system == "etcd":
             return ["etcdctl", "--endpoints", os.environ["BENCH_ETCD_ENDPOINT"], "lock", "--ttl", "10",
                     self.lock, "--"] + shell
+        if self.system == "flock":
+            # The floor: a kernel lock on one host (util-linux's flock(1), which runs the command
+            # under it as the others do), no server and no network. What it takes is the
+            # processes' own share of every system's handoff.
+            return ["flock", os.path.join(self.workdir, "lockfile")] + shell
         if self.system == "zookeeper":
             return ["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "zk_lock.py"),
                     os.environ["BENCH_ZK_HOSTS"], "/bench/" + self.lock] + shell
@@ -153,6 +158,8 @@ def counters(system: str) -> dict[str, float]:
             elif line.startswith("grpc_server_handled_total{"):
                 totals["grpc_calls_handled"] += float(line.rsplit(" ", 1)[1])
         return totals
+    if system == "flock":
+        return {}  # no server: nothing is sent
     if system == "zookeeper":
         host, port = os.environ["BENCH_ZK_HOSTS"].rsplit(":", 1)
         import socket
@@ -253,7 +260,7 @@ def run_dead_head(clients: Clients, args, record: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--system", required=True, choices=["pgmutex", "etcd", "zookeeper"])
+    parser.add_argument("--system", required=True, choices=["pgmutex", "etcd", "zookeeper", "flock"])
     parser.add_argument("--scenario", required=True, choices=["handoffs", "idle", "dead-head"])
     parser.add_argument("--handoffs", type=int, default=20)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
