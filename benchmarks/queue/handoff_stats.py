@@ -2,8 +2,9 @@
 # handoff_stats.py --json OUT [--meta KEY=VALUE ...] RAW.json...: turns queue_workload.py's raw
 # records into issue 17's figures (handoff median/p90, FIFO as Spearman rho and max overtaking,
 # server requests per handoff, idle requests/s, the dead and frozen head's stall), prints one
-# markdown table per measurement with pgmutex/etcd beside the medians, and writes the figures
-# and the raw records together to OUT.
+# markdown table per measurement with pgmutex/etcd beside the medians (and, when flock ran, each
+# system's median beyond flock's, the floor), and writes the figures and the raw records together
+# to OUT.
 import argparse
 import json
 import statistics
@@ -12,7 +13,8 @@ import sys
 SYSTEMS = ["pgmutex", "etcd", "zookeeper", "flock"]
 TITLES = {"pgmutex": "`pgmutex run --wait`", "etcd": "`etcdctl lock --ttl 10`", "zookeeper": "ZooKeeper (kazoo `Lock`)",
           "flock": "`flock` (the floor: one host, no server)"}
-# The counter each system's "server requests" are read from, and the unit it counts.
+# The counter each system's "server requests" are read from, and the unit it counts (flock has
+# no server and no counter: its cells read n/a).
 REQUESTS = {"pgmutex": ("statements", "statements"), "etcd": ("grpc_messages_received", "gRPC messages"),
             "zookeeper": ("packets_received", "packets"), "flock": ("none", "(no server)")}
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Runs one scenario of issue 17's queue workload against one lock service (pgmutex's CLI,
-# etcdctl lock, kazoo's Lock through zk_lock.py, or flock(1) as the floor) and writes what happened, raw, as JSON:
-# who arrived when, who was granted when, the server's request counters around the window.
+# etcdctl lock, kazoo's Lock through zk_lock.py, or flock(1) as the floor) and writes what
+# happened, raw, as JSON: who arrived when, who was granted when, the server's request counters around the window.
 # bench_handoff.sh starts the servers and passes their addresses in the environment;
 # handoff_stats.py turns the JSON into figures.
 #
